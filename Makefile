@@ -1,0 +1,69 @@
+# zh_en on TorchServe. `make serve` and `make test` are the two entry points.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+MODEL ?= Helsinki-NLP/opus-mt-zh-en
+STRICT ?= 0
+STORE := model_store
+CONFIG := config/config.properties
+STAMP := $(VENV)/.installed
+
+STRICT_FLAG := $(if $(filter 1,$(STRICT)),--strict,)
+
+.PHONY: help venv java archives serve stop status test lint bench bench-quick soak swap clean
+
+help:
+	@echo "make serve   build the archives (MODEL=hub id|dir|synthetic, STRICT=1) and start TorchServe"
+	@echo "make stop    stop TorchServe"
+	@echo "make test    lint, type-check and run the whole test suite"
+	@echo "make bench   quality, latency ladder and load benchmarks, report with plots"
+	@echo "make swap TO=1.0-fp32   zero-downtime switch of the default version"
+
+$(STAMP): pyproject.toml
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# torch first, alone: an exact CPU build; anything looser may pull a multi-GB CUDA build.
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+venv: $(STAMP)
+
+# TorchServe's frontend needs Java 17; install it where missing (Debian/Ubuntu, as root).
+java:
+	@command -v java >/dev/null 2>&1 && java -version 2>&1 | grep -q 'version "17' || { \
+	  echo "installing openjdk-17-jre-headless"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
+
+archives: $(STAMP)
+	$(BIN)/python -m archive.build --model $(MODEL) $(STRICT_FLAG) --out $(STORE)
+
+serve: archives java
+	$(BIN)/torchserve --start --ncs --model-store $(STORE) --ts-config $(CONFIG) --models zh_en_int8.mar
+	$(BIN)/python -m serving.wait --key-file key_file.json
+
+stop: $(STAMP)
+	$(BIN)/torchserve --stop
+
+test: $(STAMP) java
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/hadolint Dockerfile
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP) java
+	$(BIN)/python -m bench.run_all
+
+bench-quick: $(STAMP) java
+	$(BIN)/python -m bench.run_all --quick
+
+soak: $(STAMP) java
+	$(BIN)/python -m pytest -m soak -v
+
+swap: $(STAMP)
+	$(BIN)/python -m serving.swap --to $(TO)
+
+clean:
+	rm -rf build $(STORE)/*.mar $(STORE)/.*.inputs logs

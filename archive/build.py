@@ -1,0 +1,184 @@
+"""Build model_store/zh_en_fp32.mar and zh_en_int8.mar from one model directory.
+
+    python -m archive.build --model Helsinki-NLP/opus-mt-zh-en   # hub id (default)
+    python -m archive.build --model /path/to/model_dir           # local save_pretrained dir
+    python -m archive.build --model synthetic --standin-size tiny  # offline stand-in
+
+Both archives hold the same weights and handler under the model name `zh_en`;
+their versions (`1.0-fp32`, `1.0-int8`) and model-config yamls differ. The
+real torch-model-archiver does the packing. Unchanged inputs skip the rebuild.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from archive.model_source import DEFAULT_MODEL, ModelSourceError, resolve_model_dir
+from archive.tatoeba import REPO_ROOT
+
+MODEL_NAME = "zh_en"
+RELEASE = "1.0"
+VARIANTS = ("fp32", "int8")
+HANDLER_DIR = REPO_ROOT / "handlers"
+CONFIG_DIR = REPO_ROOT / "config"
+ENTRY_POINT = "zh_en_handler.py"
+
+
+@dataclass(frozen=True)
+class ArchiveSpec:
+    variant: str
+    model_dir: Path
+    out_dir: Path
+
+    @property
+    def version(self) -> str:
+        return f"{RELEASE}-{self.variant}"
+
+    @property
+    def config_file(self) -> Path:
+        return CONFIG_DIR / f"{MODEL_NAME}_{self.variant}.yaml"
+
+    @property
+    def mar_path(self) -> Path:
+        return self.out_dir / f"{MODEL_NAME}_{self.variant}.mar"
+
+    @property
+    def stamp_path(self) -> Path:
+        return self.out_dir / f".{self.mar_path.name}.inputs"
+
+
+def build_archive(spec: ArchiveSpec, model_hash: str) -> bool:
+    """Pack one archive; return False when an identical one is already there."""
+    inputs = json.dumps(
+        {
+            "model": model_hash,
+            "version": spec.version,
+            "code": _digest([*_handler_files(), spec.config_file]),
+        },
+        sort_keys=True,
+    )
+    if spec.mar_path.exists() and spec.stamp_path.exists() and spec.stamp_path.read_text() == inputs:
+        return False
+    with tempfile.TemporaryDirectory(prefix="zh_en_archive_") as tmp:
+        package_root = Path(tmp) / "package"  # its content lands at the archive root: handlers/...
+        (package_root / "handlers").mkdir(parents=True)
+        for file in _handler_files():
+            shutil.copy2(file, package_root / "handlers" / file.name)
+        export = Path(tmp) / "export"
+        export.mkdir()
+        _run_archiver(spec, package_root, export)
+        spec.out_dir.mkdir(parents=True, exist_ok=True)
+        shutil.move(export / f"{MODEL_NAME}.mar", spec.mar_path)
+    spec.stamp_path.write_text(inputs)
+    return True
+
+
+def _run_archiver(spec: ArchiveSpec, package_root: Path, export: Path) -> None:
+    archiver = Path(sys.executable).with_name("torch-model-archiver")
+    command = [
+        str(archiver if archiver.exists() else "torch-model-archiver"),
+        "--model-name",
+        MODEL_NAME,
+        "--version",
+        spec.version,
+        "--handler",
+        str(HANDLER_DIR / ENTRY_POINT),
+        "--extra-files",
+        f"{package_root},{spec.model_dir}",
+        "--config-file",
+        str(spec.config_file),
+        "--export-path",
+        str(export),
+        # The weights are already compressed as well as they will be: store, don't deflate.
+        "--archive-format",
+        "zip-store",
+        "--force",
+    ]
+    subprocess.run(command, check=True)
+
+
+def _handler_files() -> list[Path]:
+    return sorted(HANDLER_DIR.glob("*.py"))
+
+
+def model_digest(model_dir: Path) -> str:
+    """Content digest of a model directory: the rebuild-skipping key for its archives."""
+    return _digest([path for path in model_dir.iterdir() if path.is_file()])
+
+
+def _digest(files: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for file in sorted(files):
+        digest.update(file.name.encode())
+        with file.open("rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        help="hub id, local model directory, or 'synthetic' (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="fail if the hub is unreachable instead of building the offline stand-in",
+    )
+    parser.add_argument(
+        "--standin-size",
+        choices=("full", "tiny"),
+        default="full",
+        help="stand-in size when one is built (default: %(default)s)",
+    )
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "model_store", help="model store directory")
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=REPO_ROOT / "build" / "models",
+        help="where downloaded models and stand-ins are kept",
+    )
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of fp32,int8")
+    args = parser.parse_args(argv)
+
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if unknown := sorted(set(variants) - set(VARIANTS)):
+        parser.error(f"unknown variant(s) {unknown}; choose from {list(VARIANTS)}")
+    steps = len(variants) + 1
+    started = time.perf_counter()
+    print(f"[1/{steps}] resolving model {args.model!r} ...", flush=True)
+    try:
+        model_dir = resolve_model_dir(args.model, args.work_dir, args.standin_size, args.strict)
+    except ModelSourceError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    digest = model_digest(model_dir)
+    print(f"      model directory {model_dir} ({time.perf_counter() - started:.1f}s)", flush=True)
+    for step, variant in enumerate(variants, start=2):
+        spec = ArchiveSpec(variant, model_dir, args.out)
+        began = time.perf_counter()
+        print(f"[{step}/{steps}] {spec.mar_path.name} (version {spec.version}) ...", flush=True)
+        built = build_archive(spec, digest)
+        size_mb = spec.mar_path.stat().st_size / 1e6
+        state = "built" if built else "unchanged, kept"
+        print(f"      {state}: {size_mb:.0f} MB in {time.perf_counter() - began:.1f}s", flush=True)
+    print(f"done in {time.perf_counter() - started:.1f}s: {args.out}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

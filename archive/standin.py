@@ -1,0 +1,130 @@
+"""The offline stand-in for Helsinki-NLP/opus-mt-zh-en, for machines that cannot reach the hub.
+
+A MarianMTModel with the real model's architecture (full) or a miniature of it
+(tiny), seeded random weights, and real SentencePiece models trained on the
+test-set text, so that tokenization, shapes and timings are those of the real
+model. Its output is NOT a translation: `standin.json` next to the weights
+makes the handler label every response.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+from pathlib import Path
+from typing import Literal
+
+import sentencepiece as spm
+import torch
+from transformers import GenerationConfig, MarianConfig, MarianMTModel, MarianTokenizer
+
+from archive.tatoeba import DEFAULT_TEST_FILE, read_blocks
+from handlers.translator import STANDIN_MARKER, STANDIN_NOTICE
+
+Size = Literal["full", "tiny"]
+
+VOCAB_SIZE = 65001  # opus-mt-zh-en: 65000 pieces plus <pad>
+PAD_ID = 65000  # also the decoder start token, as in the real model
+EOS_ID = 0
+SPM_PIECES = 8000  # per side; the test set is too small for the real 32k
+
+# Architecture of opus-mt-zh-en; the tiny variant shrinks only the sizes.
+ARCHITECTURE: dict[Size, dict[str, int]] = {
+    "full": {"d_model": 512, "layers": 6, "heads": 8, "ffn": 2048},
+    "tiny": {"d_model": 32, "layers": 1, "heads": 2, "ffn": 64},
+}
+FORMAT_VERSION = 1  # bump when the stand-in's recipe changes, to invalidate caches
+
+
+def standin_config(size: Size) -> MarianConfig:
+    arch = ARCHITECTURE[size]
+    return MarianConfig(
+        vocab_size=VOCAB_SIZE,
+        decoder_vocab_size=VOCAB_SIZE,
+        d_model=arch["d_model"],
+        encoder_layers=arch["layers"],
+        decoder_layers=arch["layers"],
+        encoder_attention_heads=arch["heads"],
+        decoder_attention_heads=arch["heads"],
+        encoder_ffn_dim=arch["ffn"],
+        decoder_ffn_dim=arch["ffn"],
+        activation_function="swish",
+        max_position_embeddings=512,
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=True,
+        pad_token_id=PAD_ID,
+        eos_token_id=EOS_ID,
+        bos_token_id=EOS_ID,
+        decoder_start_token_id=PAD_ID,
+        forced_eos_token_id=EOS_ID,
+    )
+
+
+def build_standin(
+    out_dir: Path, size: Size = "full", seed: int = 0, test_file: Path = DEFAULT_TEST_FILE
+) -> Path:
+    """Write a loadable model directory to out_dir; reuse it when already built with the same recipe."""
+    recipe = {"format": FORMAT_VERSION, "size": size, "seed": seed, "corpus": test_file.name}
+    marker = out_dir / STANDIN_MARKER
+    if marker.exists() and json.loads(marker.read_text()).get("recipe") == recipe:
+        return out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    blocks = read_blocks(test_file)
+    _train_spm([b.source for b in blocks], out_dir / "source.spm", seed)
+    _train_spm([line for b in blocks for line in (b.reference, b.published)], out_dir / "target.spm", seed)
+    _write_vocab(out_dir)
+    MarianTokenizer(
+        source_spm=str(out_dir / "source.spm"),
+        target_spm=str(out_dir / "target.spm"),
+        vocab=str(out_dir / "vocab.json"),
+    ).save_pretrained(out_dir)
+    torch.manual_seed(seed)
+    model = MarianMTModel(standin_config(size))
+    model.generation_config = GenerationConfig(
+        bad_words_ids=[[PAD_ID]],
+        bos_token_id=EOS_ID,
+        decoder_start_token_id=PAD_ID,
+        eos_token_id=EOS_ID,
+        forced_eos_token_id=EOS_ID,
+        pad_token_id=PAD_ID,
+        max_length=512,
+        num_beams=4,
+    )
+    model.save_pretrained(out_dir)
+    name = f"offline-standin/opus-mt-zh-en ({size})"
+    marker.write_text(json.dumps({"name": name, "notice": STANDIN_NOTICE, "recipe": recipe}, indent=2) + "\n")
+    return out_dir
+
+
+def _train_spm(lines: list[str], path: Path, seed: int) -> None:
+    shuffled = list(lines)
+    random.Random(seed).shuffle(shuffled)
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(shuffled),
+        model_writer=model,
+        vocab_size=SPM_PIECES,
+        hard_vocab_limit=False,
+        character_coverage=0.9995,
+        model_type="unigram",
+        num_threads=1,
+        minloglevel=2,
+    )
+    path.write_bytes(model.getvalue())
+
+
+def _write_vocab(out_dir: Path) -> None:
+    """The joint 65001-entry vocabulary: eos 0, unk 1, source then target pieces, fillers, pad last."""
+    vocab: dict[str, int] = {"</s>": 0, "<unk>": 1}
+    for name in ("source.spm", "target.spm"):
+        processor = spm.SentencePieceProcessor(model_file=str(out_dir / name))
+        for index in range(processor.get_piece_size()):
+            if not (processor.is_control(index) or processor.is_unknown(index)):
+                vocab.setdefault(processor.id_to_piece(index), len(vocab))
+    filler = 0
+    while len(vocab) < PAD_ID:
+        vocab[f"<standin_unused_{filler}>"] = len(vocab)
+        filler += 1
+    vocab["<pad>"] = PAD_ID
+    (out_dir / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False) + "\n")

@@ -1,0 +1,101 @@
+"""Typed handler settings, read from the `handler:` section of a model-config yaml.
+
+Unknown keys and wrong types are errors at load time: a typo in the yaml must
+fail the worker loudly rather than be ignored and serve with defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+Variant = Literal["fp32", "int8"]
+
+# The model's positional limit: opus-mt-zh-en has max_position_embeddings 512.
+MODEL_MAX_TOKENS = 512
+
+
+class ConfigError(ValueError):
+    """The handler section of the model-config yaml is invalid."""
+
+
+@dataclass(frozen=True)
+class HandlerConfig:
+    """Everything the handler needs to know besides the model files.
+
+    Generation settings left as None fall back to the model's own
+    generation_config.json.
+    """
+
+    variant: Variant = "fp32"
+    threads: int = 1
+    warmup: bool = True
+    num_beams: int | None = None
+    # Runaway-generation guard: at most ratio * input tokens + slack new tokens,
+    # and never more than max_new_tokens.
+    max_new_tokens: int = 256
+    new_tokens_ratio: float = 2.0
+    new_tokens_slack: int = 10
+    max_texts_per_request: int = 16
+    max_chars_per_text: int = 1000
+    max_input_tokens: int = MODEL_MAX_TOKENS
+    max_beams: int = 8
+
+    def __post_init__(self) -> None:
+        if self.variant not in get_args(Variant):
+            raise ConfigError(f"variant must be one of {get_args(Variant)}, got {self.variant!r}")
+        _require(self.threads >= 1, "threads must be >= 1")
+        _require(
+            self.num_beams is None or 1 <= self.num_beams <= self.max_beams,
+            f"num_beams must be between 1 and max_beams ({self.max_beams})",
+        )
+        _require(self.max_new_tokens >= 1, "max_new_tokens must be >= 1")
+        _require(self.new_tokens_ratio > 0, "new_tokens_ratio must be > 0")
+        _require(self.new_tokens_slack >= 0, "new_tokens_slack must be >= 0")
+        _require(self.max_texts_per_request >= 1, "max_texts_per_request must be >= 1")
+        _require(self.max_chars_per_text >= 1, "max_chars_per_text must be >= 1")
+        _require(
+            1 <= self.max_input_tokens <= MODEL_MAX_TOKENS,
+            f"max_input_tokens must be between 1 and {MODEL_MAX_TOKENS}",
+        )
+
+    @property
+    def quantize(self) -> bool:
+        return self.variant == "int8"
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any] | None) -> HandlerConfig:
+        """Build from the yaml mapping; unknown keys and wrong types raise ConfigError."""
+        raw = dict(raw or {})
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(raw) - set(fields))
+        if unknown:
+            raise ConfigError(f"unknown handler config key(s) {unknown}; known keys: {sorted(fields)}")
+        for name, value in raw.items():
+            _check_type(name, value, fields[name].type)
+        return cls(**raw)
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)
+
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "int": (int,),
+    "float": (int, float),
+    "bool": (bool,),
+    "Variant": (str,),
+}
+
+
+def _check_type(name: str, value: Any, annotation: object) -> None:
+    text = str(annotation)
+    if value is None and "None" in text:
+        return
+    expected = _TYPES[text.replace(" | None", "")]
+    # bool is an int subclass: reject True where a number is meant, and 1 where a bool is.
+    if isinstance(value, bool) != (expected == (bool,)) or not isinstance(value, expected):
+        raise ConfigError(f"handler config key {name!r} must be {text}, got {value!r}")

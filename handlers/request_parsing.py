@@ -1,0 +1,153 @@
+"""Turn one TorchServe request into a validated TranslationRequest, or an InvalidRequest.
+
+TorchServe hands each request over as a dict of named parameters: a JSON body
+arrives parsed under "body" (or "data"), a text/* body as str, anything else
+(including JSON that failed to parse, or text that is not UTF-8) as bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from handlers.handler_config import HandlerConfig
+
+OPTION_KEYS = ("num_beams", "max_new_tokens", "min_new_tokens")
+ALLOWED_KEYS = ("text", *OPTION_KEYS)
+
+
+class InvalidRequest(Exception):
+    """A client error: carries the HTTP status and a message that names the problem."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+@dataclass(frozen=True)
+class GenerationOptions:
+    """Per-request overrides; None means the handler's default."""
+
+    num_beams: int | None = None
+    max_new_tokens: int | None = None
+    min_new_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class TranslationRequest:
+    texts: tuple[str, ...]
+    # True when the client sent a list under "text": the response then carries a list too.
+    as_list: bool
+    options: GenerationOptions
+
+
+def parse_request(item: Mapping[str, Any], config: HandlerConfig) -> TranslationRequest:
+    """Validate one request of a batch; raise InvalidRequest with a client-facing message."""
+    payload = _decode_body(_body_of(item))
+    if isinstance(payload, str):
+        return _validated(TranslationRequest((payload,), False, GenerationOptions()), config)
+    if not isinstance(payload, dict):
+        raise InvalidRequest(
+            f'JSON body must be an object like {{"text": "..."}}, got {type(payload).__name__}'
+        )
+    unknown = sorted(set(payload) - set(ALLOWED_KEYS))
+    if unknown:
+        raise InvalidRequest(f"unknown field(s) {unknown}; allowed fields: {list(ALLOWED_KEYS)}")
+    if "text" not in payload:
+        raise InvalidRequest('missing field "text": send {"text": "..."} or {"text": ["...", ...]}')
+    texts, as_list = _texts_of(payload["text"])
+    options = GenerationOptions(**{key: _option(payload, key) for key in OPTION_KEYS})
+    return _validated(TranslationRequest(texts, as_list, options), config)
+
+
+def _body_of(item: Mapping[str, Any]) -> Any:
+    for key in ("body", "data"):
+        if key in item and item[key] is not None:
+            return item[key]
+    raise InvalidRequest(
+        "no request body found: send JSON with 'Content-Type: application/json' or plain text "
+        "with 'Content-Type: text/plain' (curl -d without -H sends a form, which is not accepted)",
+        status=415,
+    )
+
+
+def _decode_body(body: Any) -> Any:
+    """Bytes reach us when TorchServe could not decode them: decode here and say why not."""
+    if not isinstance(body, (bytes, bytearray)):
+        return body
+    try:
+        text = bytes(body).decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InvalidRequest(f"request body is not valid UTF-8 (byte {error.start})") from None
+    stripped = text.lstrip()
+    if stripped.startswith(("{", "[")):
+        try:
+            return json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as error:
+            raise InvalidRequest(f"request body is not valid JSON: {error}") from None
+    return text
+
+
+def _texts_of(value: Any) -> tuple[tuple[str, ...], bool]:
+    if isinstance(value, str):
+        return (value,), False
+    if isinstance(value, list):
+        if not value:
+            raise InvalidRequest('"text" is an empty list: send at least one text')
+        bad = [i for i, text in enumerate(value) if not isinstance(text, str)]
+        if bad:
+            raise InvalidRequest(f'"text" list items must be strings; item {bad[0]} is not')
+        return tuple(value), True
+    raise InvalidRequest(f'"text" must be a string or a list of strings, got {type(value).__name__}')
+
+
+def _option(payload: Mapping[str, Any], key: str) -> int | None:
+    value = payload.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRequest(f'"{key}" must be an integer, got {value!r}'[:200])
+    return value
+
+
+def _validated(request: TranslationRequest, config: HandlerConfig) -> TranslationRequest:
+    if len(request.texts) > config.max_texts_per_request:
+        raise InvalidRequest(
+            f"too many texts: {len(request.texts)} > max_texts_per_request ({config.max_texts_per_request})",
+            status=413,
+        )
+    for index, text in enumerate(request.texts):
+        where = f"text {index}" if request.as_list else "text"
+        if not text.strip():
+            raise InvalidRequest(f"{where} is empty or whitespace only")
+        if len(text) > config.max_chars_per_text:
+            raise InvalidRequest(
+                f"{where} has {len(text)} characters > max_chars_per_text ({config.max_chars_per_text})",
+                status=413,
+            )
+    _check_options(request.options, config)
+    return request
+
+
+def _check_options(options: GenerationOptions, config: HandlerConfig) -> None:
+    if options.num_beams is not None and not 1 <= options.num_beams <= config.max_beams:
+        raise InvalidRequest(
+            f'"num_beams" must be between 1 and {config.max_beams}, got {options.num_beams}',
+            status=422,
+        )
+    if options.max_new_tokens is not None and not 1 <= options.max_new_tokens <= config.max_new_tokens:
+        raise InvalidRequest(
+            f'"max_new_tokens" must be between 1 and {config.max_new_tokens}, got {options.max_new_tokens}',
+            status=422,
+        )
+    if options.min_new_tokens is not None:
+        ceiling = options.max_new_tokens or config.max_new_tokens
+        if not 0 <= options.min_new_tokens <= ceiling:
+            raise InvalidRequest(
+                f'"min_new_tokens" must be between 0 and {ceiling} (max_new_tokens), '
+                f"got {options.min_new_tokens}",
+                status=422,
+            )

@@ -1,0 +1,147 @@
+"""Model-side work: load, quantize, tokenize with dynamic shapes, generate, decode.
+
+Used by the TorchServe handler and, unchanged, by the in-process benchmarks, so
+both measure the same code path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers.utils import logging as transformers_logging
+
+from handlers.handler_config import HandlerConfig
+from handlers.quantization import count_quantized_linear, quantize_linear_int8
+from handlers.request_parsing import GenerationOptions, InvalidRequest
+
+logger = logging.getLogger(__name__)
+
+# Written next to the weights by archive.standin; its presence marks every response.
+STANDIN_MARKER = "standin.json"
+STANDIN_NOTICE = "offline stand-in model with random weights: this output is NOT a translation"
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the server reports about the loaded model."""
+
+    source: str
+    standin: bool
+    parameters: int
+    quantized_linear: int
+    threads: int
+    load_seconds: float
+
+
+def configure_threads(threads: int) -> None:
+    """One process-wide setting: intra-op threads per worker (inter-op is unused by generate)."""
+    torch.set_num_threads(threads)
+    # Raises once parallel work already ran in this process; the setting is then fixed, which is harmless.
+    with contextlib.suppress(RuntimeError):
+        torch.set_num_interop_threads(1)
+
+
+def pad_batch(ids: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad to the longest member only (dynamic shapes): one text is never padded."""
+    longest = max(len(row) for row in ids)
+    input_ids = torch.full((len(ids), longest), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(ids), longest), dtype=torch.long)
+    for row, tokens in enumerate(ids):
+        input_ids[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+        attention_mask[row, : len(tokens)] = 1
+    return input_ids, attention_mask
+
+
+class Translator:
+    def __init__(self, model: Any, tokenizer: Any, config: HandlerConfig, info: ModelInfo) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.config = config
+        self.info = info
+
+    @classmethod
+    def load(cls, model_dir: Path, config: HandlerConfig) -> Translator:
+        """Load from a local directory only (never the network), quantize if the variant says so."""
+        started = time.perf_counter()
+        transformers_logging.disable_progress_bar()  # progress bars would flood the worker log
+        configure_threads(config.threads)
+        tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+        model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, local_files_only=True)
+        model.eval()
+        # Every call passes max_new_tokens; the model's max_length would only trigger a warning.
+        model.generation_config.max_length = None
+        parameters = sum(p.numel() for p in model.parameters())
+        if config.quantize:
+            model = quantize_linear_int8(model)
+        info = ModelInfo(
+            source=_model_source(model_dir),
+            standin=(model_dir / STANDIN_MARKER).exists(),
+            parameters=parameters,
+            quantized_linear=count_quantized_linear(model),
+            threads=torch.get_num_threads(),
+            load_seconds=0.0,
+        )
+        translator = cls(model, tokenizer, config, info)
+        if config.warmup:
+            translator.translate(["你好。"], GenerationOptions(max_new_tokens=4))
+        load_seconds = round(time.perf_counter() - started, 2)
+        translator.info = ModelInfo(**{**info.__dict__, "load_seconds": load_seconds})
+        return translator
+
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids without padding; a text over the model's limit is a client error, never truncated."""
+        ids: list[list[int]] = self.tokenizer(list(texts), padding=False, truncation=False)["input_ids"]
+        for index, row in enumerate(ids):
+            if len(row) > self.config.max_input_tokens:
+                raise InvalidRequest(
+                    f"text {index} has {len(row)} tokens > max_input_tokens "
+                    f"({self.config.max_input_tokens}); split it into sentences",
+                    status=413,
+                )
+        return ids
+
+    def generate(self, ids: Sequence[Sequence[int]], options: GenerationOptions) -> list[str]:
+        """Translate one group of texts that share generation options, padded to its longest."""
+        input_ids, attention_mask = pad_batch(ids, self.tokenizer.pad_token_id)
+        kwargs = self.generation_kwargs(options, longest_input=input_ids.shape[1])
+        with torch.inference_mode():
+            output = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        decoded: list[str] = self.tokenizer.batch_decode(output, skip_special_tokens=True)
+        return decoded
+
+    def translate(self, texts: Sequence[str], options: GenerationOptions) -> list[str]:
+        return self.generate(self.encode(texts), options)
+
+    def generation_kwargs(self, options: GenerationOptions, longest_input: int) -> dict[str, int]:
+        """Request options win, then the model-config yaml, then the model's generation_config."""
+        kwargs: dict[str, int] = {}
+        num_beams = options.num_beams or self.config.num_beams
+        if num_beams is not None:
+            kwargs["num_beams"] = num_beams
+        if options.max_new_tokens is not None:
+            kwargs["max_new_tokens"] = options.max_new_tokens
+        else:
+            guard = math.ceil(self.config.new_tokens_ratio * longest_input) + self.config.new_tokens_slack
+            kwargs["max_new_tokens"] = min(self.config.max_new_tokens, guard)
+        if options.min_new_tokens is not None:
+            kwargs["min_new_tokens"] = options.min_new_tokens
+        return kwargs
+
+
+def _model_source(model_dir: Path) -> str:
+    """The hub id or directory the weights came from, as recorded at build time."""
+    marker = model_dir / STANDIN_MARKER
+    if marker.exists():
+        return str(json.loads(marker.read_text()).get("name", "offline stand-in"))
+    config = json.loads((model_dir / "config.json").read_text())
+    return str(config.get("_name_or_path") or model_dir.name)

@@ -1,0 +1,40 @@
+"""Shared fixtures: the tiny stand-in model, tiny archives built by the real archiver, a real server.
+
+Chained so each expensive thing is made once per session: model dir -> archives -> server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from archive.build import ArchiveSpec, build_archive, model_digest
+from archive.standin import build_standin
+from archive.tatoeba import REPO_ROOT
+from serving.server import TorchServe
+
+TINY_MODEL_DIR = REPO_ROOT / "build" / "models" / "standin-tiny"
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir() -> Path:
+    return build_standin(TINY_MODEL_DIR, "tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_store(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """model_store with zh_en_fp32.mar and zh_en_int8.mar of the tiny stand-in."""
+    store = tmp_path_factory.mktemp("model_store")
+    digest = model_digest(tiny_model_dir)
+    for variant in ("fp32", "int8"):
+        build_archive(ArchiveSpec(variant, tiny_model_dir, store), digest)
+    return store
+
+
+@pytest.fixture(scope="module")
+def server(tiny_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TorchServe]:
+    """A real TorchServe on free local ports, production config, serving the int8 tiny archive."""
+    with TorchServe(tiny_store, tmp_path_factory.mktemp("torchserve")) as running:
+        yield running
