@@ -110,32 +110,44 @@ class Translator:
                 )
         return ids
 
-    def generate(self, ids: Sequence[Sequence[int]], options: GenerationOptions) -> list[str]:
-        """Translate one group of texts that share generation options, padded to its longest."""
+    def generate(self, ids: Sequence[Sequence[int]], options: Sequence[GenerationOptions]) -> list[str]:
+        """One generate() call for texts that share a beam count, padded to the longest text.
+
+        Each row keeps its own token bounds: the call runs to the largest cap in
+        the group, as a batch runs until its longest member ends, and every
+        output is then cut to its own row's cap.
+        """
+        beams = {self.beams_for(option) for option in options}
+        if len(beams) != 1:
+            raise ValueError(f"one generate() call needs one beam count, got {sorted(map(str, beams))}")
+        caps = [self.new_token_cap(option, len(row)) for option, row in zip(options, ids, strict=True)]
+        kwargs: dict[str, int] = {"max_new_tokens": max(caps)}
+        if (num_beams := beams.pop()) is not None:
+            kwargs["num_beams"] = num_beams
+        minimums = [option.min_new_tokens for option in options]
+        if all(minimum is not None for minimum in minimums):
+            kwargs["min_new_tokens"] = min(minimum or 0 for minimum in minimums)
         input_ids, attention_mask = pad_batch(ids, self.tokenizer.pad_token_id)
-        kwargs = self.generation_kwargs(options, longest_input=input_ids.shape[1])
         with torch.inference_mode():
             output = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
-        decoded: list[str] = self.tokenizer.batch_decode(output, skip_special_tokens=True)
+        # Position 0 is the decoder start token, so a row's cap covers positions 1..cap.
+        rows = [sequence[: 1 + cap] for sequence, cap in zip(output, caps, strict=True)]
+        decoded: list[str] = self.tokenizer.batch_decode(rows, skip_special_tokens=True)
         return decoded
 
     def translate(self, texts: Sequence[str], options: GenerationOptions) -> list[str]:
-        return self.generate(self.encode(texts), options)
+        return self.generate(self.encode(texts), [options] * len(texts))
 
-    def generation_kwargs(self, options: GenerationOptions, longest_input: int) -> dict[str, int]:
-        """Request options win, then the model-config yaml, then the model's generation_config."""
-        kwargs: dict[str, int] = {}
-        num_beams = options.num_beams or self.config.num_beams
-        if num_beams is not None:
-            kwargs["num_beams"] = num_beams
+    def beams_for(self, options: GenerationOptions) -> int | None:
+        """Request, then model-config yaml; None leaves it to the model's generation_config."""
+        return options.num_beams or self.config.num_beams
+
+    def new_token_cap(self, options: GenerationOptions, input_tokens: int) -> int:
+        """The request's max_new_tokens, else the runaway guard: ratio x input + slack, capped."""
         if options.max_new_tokens is not None:
-            kwargs["max_new_tokens"] = options.max_new_tokens
-        else:
-            guard = math.ceil(self.config.new_tokens_ratio * longest_input) + self.config.new_tokens_slack
-            kwargs["max_new_tokens"] = min(self.config.max_new_tokens, guard)
-        if options.min_new_tokens is not None:
-            kwargs["min_new_tokens"] = options.min_new_tokens
-        return kwargs
+            return options.max_new_tokens
+        guard = math.ceil(self.config.new_tokens_ratio * input_tokens) + self.config.new_tokens_slack
+        return min(self.config.max_new_tokens, guard)
 
 
 def _model_source(model_dir: Path) -> str:

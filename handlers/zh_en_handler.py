@@ -19,7 +19,7 @@ from ts.torch_handler.base_handler import BaseHandler
 
 from handlers.handler_config import HandlerConfig
 from handlers.jobs import Job
-from handlers.request_parsing import GenerationOptions, InvalidRequest, parse_request
+from handlers.request_parsing import InvalidRequest, parse_request
 from handlers.translator import STANDIN_NOTICE, Translator
 
 logger = logging.getLogger(__name__)
@@ -58,15 +58,18 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         return [self._prepare(item) for item in data]
 
     def inference(self, jobs: list[Job], *args: Any, **kwargs: Any) -> list[Job]:
-        """Generate once per group of requests sharing options; each group padded to its longest."""
+        """One generate() per beam count across the batch; each group padded only to its longest text."""
         assert self.translator is not None
-        groups: dict[GenerationOptions, list[tuple[Job, int]]] = defaultdict(list)
+        groups: dict[int | None, list[tuple[Job, int]]] = defaultdict(list)
         for job in jobs:
             if job.error is None:
                 job.translations = [""] * len(job.token_ids)
-                groups[job.options].extend((job, row) for row in range(len(job.token_ids)))
-        for options, members in groups.items():
-            outputs = self.translator.generate([job.token_ids[row] for job, row in members], options)
+                beams = self.translator.beams_for(job.options)
+                groups[beams].extend((job, row) for row in range(len(job.token_ids)))
+        for members in groups.values():
+            outputs = self.translator.generate(
+                [job.token_ids[row] for job, row in members], [job.options for job, _ in members]
+            )
             for (job, row), text in zip(members, outputs, strict=True):
                 job.translations[row] = text
         return jobs
