@@ -34,7 +34,7 @@ ARCHITECTURE: dict[Size, dict[str, int]] = {
     "full": {"d_model": 512, "layers": 6, "heads": 8, "ffn": 2048},
     "tiny": {"d_model": 32, "layers": 1, "heads": 2, "ffn": 64},
 }
-FORMAT_VERSION = 1  # bump when the stand-in's recipe changes, to invalidate caches
+FORMAT_VERSION = 2  # bump when the stand-in's recipe changes, to invalidate caches
 
 
 def standin_config(size: Size) -> MarianConfig:
@@ -92,7 +92,7 @@ def build_standin(
         num_beams=4,
     )
     model.save_pretrained(out_dir)
-    name = f"offline-standin/opus-mt-zh-en ({size})"
+    name = f"offline stand-in for opus-mt-zh-en ({size}, random weights)"
     marker.write_text(json.dumps({"name": name, "notice": STANDIN_NOTICE, "recipe": recipe}, indent=2) + "\n")
     return out_dir
 

@@ -130,8 +130,10 @@ class Translator:
         input_ids, attention_mask = pad_batch(ids, self.tokenizer.pad_token_id)
         with torch.inference_mode():
             output = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
-        # Position 0 is the decoder start token, so a row's cap covers positions 1..cap.
-        rows = [sequence[: 1 + cap] for sequence, cap in zip(output, caps, strict=True)]
+        # Position 0 is the decoder start token, so a row's cap covers positions 1..cap; with a forced eos
+        # (opus-mt has one) a row generated alone would end with eos at its cap, so that token is dropped.
+        forced_eos = self.model.generation_config.forced_eos_token_id is not None
+        rows = [sequence[: 1 + cap - forced_eos] for sequence, cap in zip(output, caps, strict=True)]
         decoded: list[str] = self.tokenizer.batch_decode(rows, skip_special_tokens=True)
         return decoded
 

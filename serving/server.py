@@ -180,10 +180,10 @@ class TorchServe:
         )
         deadline = time.monotonic() + timeout
         pids = [pid for pid in [java, *workers] if pid is not None]
-        while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        while any(process_alive(pid) for pid in pids) and time.monotonic() < deadline:
             time.sleep(0.2)
         for pid in pids:  # a clean stop leaves nothing; this only guards against a wedged server
-            if _alive(pid):
+            if process_alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
     def __enter__(self) -> TorchServe:
@@ -198,7 +198,7 @@ class TorchServe:
         self.stop()
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

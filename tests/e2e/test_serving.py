@@ -1,0 +1,94 @@
+"""A real TorchServe from the production config, tiny stand-in archives built by the real archiver."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from serving.client import ServerError
+from serving.server import TorchServe, process_alive
+
+pytestmark = pytest.mark.e2e
+
+
+def test_archives_hold_handler_package_config_and_label(tiny_store: Path) -> None:
+    for variant in ("fp32", "int8"):
+        with zipfile.ZipFile(tiny_store / f"zh_en_{variant}.mar") as mar:
+            names = set(mar.namelist())
+            manifest = json.loads(mar.read("MAR-INF/MANIFEST.json"))
+            assert json.loads(mar.read("standin.json"))["name"].startswith("offline stand-in")
+        assert {
+            "zh_en_handler.py",
+            "handlers/translator.py",
+            f"zh_en_{variant}.yaml",
+            "model.safetensors",
+        } <= names
+        assert manifest["model"]["modelName"] == "zh_en"
+        assert manifest["model"]["modelVersion"] == f"1.0-{variant}"
+
+
+def test_translate_json_text_and_list(server: TorchServe) -> None:
+    single = server.client.translate("汤姆不会同意的")
+    assert single.status_code == 200, single.text
+    body = single.json()
+    assert body["variant"] == "int8" and body["version"] == "1.0-int8" and body["standin"] is True
+    assert isinstance(body["translation"], str) and body["translation"]
+
+    plain = server.client.post_raw("是那家。".encode(), "text/plain; charset=utf-8")
+    assert plain.status_code == 200 and "translation" in plain.json()
+
+    many = server.client.translate(["一", "二", "三"], num_beams=2)
+    assert many.status_code == 200 and len(many.json()["translations"]) == 3
+
+
+def test_bad_input_gets_4xx_and_the_worker_keeps_serving(server: TorchServe) -> None:
+    cases = [
+        (b'{"text": ""}', "application/json", 400, "empty"),
+        (b'{"text": ', "application/json", 400, "not valid JSON"),
+        (b"\xff\xfe\xfd", "text/plain", 400, "UTF-8"),
+        (json.dumps({"text": ["a"] * 17}).encode(), "application/json", 413, "max_texts_per_request"),
+        (json.dumps({"text": "a", "num_beams": 99}).encode(), "application/json", 422, "num_beams"),
+        ("汤姆".encode(), "application/x-www-form-urlencoded", 415, "Content-Type"),  # what curl -d sends
+    ]
+    for body, content_type, status, fragment in cases:
+        response = server.client.post_raw(body, content_type)
+        assert response.status_code == status, (body, response.text)
+        assert fragment in response.json()["message"]
+    assert server.client.translate("汤姆不会同意的").status_code == 200
+
+
+def test_version_swap_through_the_management_api(server: TorchServe) -> None:
+    client = server.client
+    client.register("zh_en_fp32.mar", initial_workers=1)
+    try:
+        assert set(client.versions()) == {"1.0-int8", "1.0-fp32"}
+        assert client.default_version() == "1.0-int8"
+        assert client.translate("你好", version="1.0-fp32").json()["variant"] == "fp32"
+
+        client.set_default("1.0-fp32")
+        assert client.default_version() == "1.0-fp32"
+        assert client.translate("你好").json()["variant"] == "fp32"
+
+        client.scale("1.0-fp32", 2)
+        assert client.ready_workers("1.0-fp32") == 2
+    finally:
+        client.set_default("1.0-int8")
+        client.unregister("1.0-fp32")
+    assert client.versions() == ["1.0-int8"]
+    assert client.translate("你好").json()["variant"] == "int8"
+    with pytest.raises(ServerError, match="404"):
+        client.describe(version="1.0-fp32")
+
+
+def test_stop_leaves_no_processes(tiny_store: Path, tmp_path: Path) -> None:
+    server = TorchServe(tiny_store, tmp_path, models=["zh_en_fp32.mar"])
+    with server:
+        pids = [server.java_pid(), *server.worker_pids()]
+        assert len(pids) == 3  # the frontend and two workers, as the model config says
+        assert server.client.translate("你好").json()["variant"] == "fp32"
+    for pid in pids:
+        assert pid is not None
+        assert not process_alive(pid), f"process {pid} outlived the server"

@@ -1,0 +1,102 @@
+"""The handler's stages inside TorchServe's own Context, on the tiny stand-in."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ts
+from ts.context import Context, RequestProcessor
+from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
+
+from handlers.zh_en_handler import TranslationHandler
+
+MANIFEST = {"model": {"modelName": "zh_en", "modelVersion": "1.0-int8"}}
+METRICS_CONFIG = Path(ts.__file__).parent / "configs" / "metrics.yaml"
+
+
+def make_context(model_dir: Path, variant: str, batch: int) -> Context:
+    yaml_config = {"handler": {"variant": variant, "warmup": False, "max_texts_per_request": 4}}
+    metrics = MetricsCacheYamlImpl(config_file_path=str(METRICS_CONFIG))
+    context = Context(
+        "zh_en",
+        str(model_dir),
+        MANIFEST,
+        batch,
+        None,
+        "0.12.0",
+        metrics=metrics,
+        model_yaml_config=yaml_config,
+    )
+    context.request_processor = [RequestProcessor({}) for _ in range(batch)]
+    return context
+
+
+@pytest.fixture(scope="module")
+def handler(tiny_model_dir: Path) -> TranslationHandler:
+    handler = TranslationHandler()
+    handler.initialize(make_context(tiny_model_dir, "int8", 1))
+    return handler
+
+
+def run(
+    handler: TranslationHandler, model_dir: Path, batch: list[dict[str, Any]]
+) -> tuple[list[Any], Context]:
+    context = make_context(model_dir, "int8", len(batch))
+    return handler.handle(batch, context), context
+
+
+def test_unknown_handler_key_fails_the_load(tiny_model_dir: Path) -> None:
+    context = make_context(tiny_model_dir, "int8", 1)
+    context.model_yaml_config["handler"]["quantise"] = True
+    with pytest.raises(ValueError, match="quantise"):
+        TranslationHandler().initialize(context)
+
+
+def test_mixed_batch_answers_every_request(handler: TranslationHandler, tiny_model_dir: Path) -> None:
+    batch = [
+        {"body": {"text": "汤姆不会同意的"}},
+        {"body": {"text": ""}},
+        {"body": "是那家。"},
+        {"body": {"text": ["一", "二"], "num_beams": 2}},
+        {"body": b"\xff\xfe"},
+        {"body": {"text": "你好", "max_new_tokens": 3, "min_new_tokens": 3}},
+    ]
+    responses, context = run(handler, tiny_model_dir, batch)
+    assert len(responses) == len(batch)
+    statuses = [context.get_response_status(i)[0] for i in range(len(batch))]
+    assert statuses == [200, 400, 200, 200, 400, 200]
+    assert isinstance(responses[0]["translation"], str)
+    assert len(responses[3]["translations"]) == 2
+    for ok in (responses[0], responses[2], responses[3], responses[5]):
+        assert ok["model"] == "zh_en" and ok["version"] == "1.0-int8" and ok["variant"] == "int8"
+        assert ok["standin"] is True and "NOT a translation" in ok["notice"]
+    assert responses[1] == {
+        "code": 400,
+        "type": "InvalidRequest",
+        "message": "text is empty or whitespace only",
+    }
+    assert "UTF-8" in responses[4]["message"]
+    assert all(context.get_response_content_type(i) == "application/json" for i in range(len(batch)))
+    json.dumps(responses)  # TorchServe serializes exactly this
+
+
+def test_batch_of_only_bad_requests(handler: TranslationHandler, tiny_model_dir: Path) -> None:
+    responses, context = run(handler, tiny_model_dir, [{"body": {"text": ["a"] * 5}}, {"nobody": 1}])
+    assert [context.get_response_status(i)[0] for i in range(2)] == [413, 415]
+    assert "max_texts_per_request (4)" in responses[0]["message"]
+
+
+def test_same_text_same_output_alone_or_batched(handler: TranslationHandler, tiny_model_dir: Path) -> None:
+    alone, _ = run(handler, tiny_model_dir, [{"body": {"text": "汤姆不会同意的", "num_beams": 1}}])
+    batched, _ = run(
+        handler,
+        tiny_model_dir,
+        [
+            {"body": {"text": "汤姆和他的朋友们在公园喝醉了", "num_beams": 1}},
+            {"body": {"text": "汤姆不会同意的", "num_beams": 1}},
+        ],
+    )
+    assert alone[0]["translation"] == batched[1]["translation"]

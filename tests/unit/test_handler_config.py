@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from archive.tatoeba import REPO_ROOT
+from handlers.handler_config import ConfigError, HandlerConfig
+
+
+def test_defaults_are_fp32_single_thread() -> None:
+    config = HandlerConfig.from_mapping(None)
+    assert (config.variant, config.threads, config.quantize) == ("fp32", 1, False)
+
+
+def test_int8_variant_quantizes() -> None:
+    assert HandlerConfig.from_mapping({"variant": "int8"}).quantize
+
+
+@pytest.mark.parametrize("variant", ["fp32", "int8"])
+def test_shipped_model_configs_parse(variant: str) -> None:
+    raw = yaml.safe_load((REPO_ROOT / "config" / f"zh_en_{variant}.yaml").read_text())
+    config = HandlerConfig.from_mapping(raw["handler"])
+    assert config.variant == variant
+    assert raw["batchSize"] >= 1 and raw["minWorkers"] >= 1
+
+
+def test_unknown_key_is_rejected_and_named() -> None:
+    with pytest.raises(ConfigError, match="threadz"):
+        HandlerConfig.from_mapping({"threadz": 2})
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("threads", "2"), ("threads", True), ("warmup", 1), ("new_tokens_ratio", "2"), ("variant", 8)],
+)
+def test_wrong_type_is_rejected(key: str, value: object) -> None:
+    with pytest.raises(ConfigError, match=key):
+        HandlerConfig.from_mapping({key: value})
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [{"variant": "int4"}, {"threads": 0}, {"num_beams": 9}, {"max_input_tokens": 513}, {"max_new_tokens": 0}],
+)
+def test_out_of_range_values_are_rejected(raw: dict[str, object]) -> None:
+    with pytest.raises(ConfigError):
+        HandlerConfig.from_mapping(raw)
+
+
+def test_config_is_frozen() -> None:
+    config = HandlerConfig()
+    with pytest.raises(AttributeError):
+        config.threads = 4  # type: ignore[misc]
