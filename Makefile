@@ -22,7 +22,6 @@ help:
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
 	# torch first, alone: an exact CPU build; anything looser may pull a multi-GB CUDA build.
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[dev]'

@@ -7,8 +7,11 @@ never be mistaken for the real model.
 
 from __future__ import annotations
 
+import os
+import socket
 import sys
 from pathlib import Path
+from urllib.parse import urlparse
 
 from archive.standin import Size, build_standin
 
@@ -32,7 +35,7 @@ def resolve_model_dir(source: str, work_dir: Path, standin_size: Size = "full", 
     except Exception as error:  # any hub failure means the same fallback
         if strict:
             raise ModelSourceError(
-                f"could not load {source!r} from the Hugging Face hub ({type(error).__name__}: {error}); "
+                f"could not load {source!r} from the Hugging Face hub ({_first_line(error)}); "
                 "pass a local model directory, or drop --strict to build the offline stand-in"
             ) from error
         _announce_fallback(source, error)
@@ -55,12 +58,30 @@ def _download(repo_id: str, target: Path) -> Path:
         return target
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(repo_id)
-    model = AutoModelForSeq2SeqLM.from_pretrained(repo_id)
+    # Without a route to the hub, transformers retries for most of a minute: look once, then use
+    # only the local Hugging Face cache (which raises at once when the model is not there either).
+    offline = not _hub_reachable()
+    tokenizer = AutoTokenizer.from_pretrained(repo_id, local_files_only=offline)
+    model = AutoModelForSeq2SeqLM.from_pretrained(repo_id, local_files_only=offline)
     target.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(target)
     model.save_pretrained(target)
     return target
+
+
+def _first_line(error: Exception) -> str:
+    lines = str(error).strip().splitlines() or [""]
+    return f"{type(error).__name__}: {lines[0][:160]}"
+
+
+def _hub_reachable(timeout: float = 5.0) -> bool:
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
+    try:
+        socket.create_connection((endpoint.hostname or "", port), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
 
 
 def _announce_fallback(source: str, error: Exception) -> None:
@@ -68,7 +89,7 @@ def _announce_fallback(source: str, error: Exception) -> None:
     print(
         f"\n{bar}\n"
         f"!! Could not reach the Hugging Face hub for {source!r}:\n"
-        f"!!   {type(error).__name__}: {str(error)[:200]}\n"
+        f"!!   {_first_line(error)}\n"
         "!! Building the OFFLINE STAND-IN instead: opus-mt-zh-en's architecture with\n"
         "!! RANDOM weights. It serves, batches and benchmarks like the real model, but\n"
         "!! its output is NOT a translation, and every response says so.\n"

@@ -1,0 +1,1 @@
+"""Benchmarks: quality (sacrebleu), latency ladder, Locust load, report."""
