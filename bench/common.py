@@ -1,0 +1,99 @@
+"""What every benchmark shares: test sentences with reference lengths, the model, statistics, results.
+
+Timings on the offline stand-in transfer to the real model only when decode lengths match, so a
+stand-in run forces each output to the token length of its reference translation.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import random
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from archive.model_source import resolve_model_dir
+from archive.tatoeba import REPO_ROOT, read_blocks
+from handlers.translator import STANDIN_MARKER
+
+RESULTS_DIR = REPO_ROOT / "bench" / "results"
+MODELS_DIR = REPO_ROOT / "build" / "models"
+DEFAULT_MODEL = "Helsinki-NLP/opus-mt-zh-en"
+
+
+@dataclass(frozen=True)
+class Sentence:
+    source: str
+    reference: str
+    # Target-side tokens of the reference, eos included: the forced output length on a stand-in.
+    reference_tokens: int
+
+
+def load_model_dir(model: str = DEFAULT_MODEL, strict: bool = False) -> Path:
+    """The same resolution as archive.build: hub id, local dir or `synthetic` (full-size stand-in)."""
+    return resolve_model_dir(model, MODELS_DIR, "full", strict)
+
+
+def is_standin(model_dir: Path) -> bool:
+    return (model_dir / STANDIN_MARKER).exists()
+
+
+def sample_sentences(tokenizer: Any, count: int | None = None, seed: int = 0) -> list[Sentence]:
+    """`count` Tatoeba sentences in a seeded random order (all of them when None)."""
+    blocks = read_blocks()
+    if count is not None:
+        blocks = random.Random(seed).sample(blocks, min(count, len(blocks)))
+    lengths = [len(ids) for ids in tokenizer(text_target=[b.reference for b in blocks])["input_ids"]]
+    return [Sentence(b.source, b.reference, n) for b, n in zip(blocks, lengths, strict=True)]
+
+
+def percentiles(seconds: Sequence[float]) -> dict[str, float]:
+    """p50/p95/p99 and mean in milliseconds."""
+    ordered = sorted(seconds)
+
+    def at(q: float) -> float:
+        return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] * 1000
+
+    return {
+        "p50_ms": round(at(0.50), 2),
+        "p95_ms": round(at(0.95), 2),
+        "p99_ms": round(at(0.99), 2),
+        "mean_ms": round(statistics.fmean(ordered) * 1000, 2),
+    }
+
+
+def machine() -> dict[str, Any]:
+    """CPU model, cores and versions: every result names the machine it came from."""
+    import torch
+
+    cpu = platform.processor() or "unknown"
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "system": f"{platform.system()} {platform.release()}",
+    }
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def write_result(name: str, payload: dict[str, Any]) -> Path:
+    """bench/results/<name>.json with the date and machine added; a rerun replaces it."""
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"{name}.json"
+    path.write_text(json.dumps({"date": now(), "machine": machine(), **payload}, indent=2) + "\n")
+    return path
