@@ -42,6 +42,9 @@ class HandlerConfig:
     max_chars_per_text: int = 1000
     max_input_tokens: int = MODEL_MAX_TOKENS
     max_beams: int = 8
+    # Work bound per request: beams x new-token cap, summed over its texts. Without it one request
+    # (16 texts, 8 beams, 256 forced tokens) could hold a worker for minutes.
+    max_decode_tokens_per_request: int = 8192
 
     def __post_init__(self) -> None:
         if self.variant not in get_args(Variant):
@@ -60,6 +63,8 @@ class HandlerConfig:
             1 <= self.max_input_tokens <= MODEL_MAX_TOKENS,
             f"max_input_tokens must be between 1 and {MODEL_MAX_TOKENS}",
         )
+
+        _require(self.max_decode_tokens_per_request >= 1, "max_decode_tokens_per_request must be >= 1")
 
     @property
     def quantize(self) -> bool:

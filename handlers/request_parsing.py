@@ -123,6 +123,7 @@ def _validated(request: TranslationRequest, config: HandlerConfig) -> Translatio
         where = f"text {index}" if request.as_list else "text"
         if not text.strip():
             raise InvalidRequest(f"{where} is empty or whitespace only")
+        _check_encodable(text, where)
         if len(text) > config.max_chars_per_text:
             raise InvalidRequest(
                 f"{where} has {len(text)} characters > max_chars_per_text ({config.max_chars_per_text})",
@@ -130,6 +131,17 @@ def _validated(request: TranslationRequest, config: HandlerConfig) -> Translatio
             )
     _check_options(request.options, config)
     return request
+
+
+def _check_encodable(text: str, where: str) -> None:
+    """JSON escapes can smuggle in lone UTF-16 surrogates, which the tokenizer cannot take."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise InvalidRequest(
+            f"{where} contains a lone UTF-16 surrogate ({text[error.start]!a}) at character {error.start}; "
+            "send valid Unicode"
+        ) from None
 
 
 def _check_options(options: GenerationOptions, config: HandlerConfig) -> None:

@@ -144,6 +144,20 @@ class Translator:
         """Request, then model-config yaml; None leaves it to the model's generation_config."""
         return options.num_beams or self.config.num_beams
 
+    def decode_cost(self, ids: Sequence[Sequence[int]], options: GenerationOptions) -> int:
+        """Beams x new-token cap summed over a request's texts: the work it may ask for."""
+        beams = self.beams_for(options) or self.model.generation_config.num_beams or 1
+        return sum(beams * self.new_token_cap(options, len(row)) for row in ids)
+
+    def check_cost(self, ids: Sequence[Sequence[int]], options: GenerationOptions) -> None:
+        cost, limit = self.decode_cost(ids, options), self.config.max_decode_tokens_per_request
+        if cost > limit:
+            raise InvalidRequest(
+                f"request asks for {cost} decode steps (beams x max new tokens, summed over texts) "
+                f"> max_decode_tokens_per_request ({limit}); send fewer texts, beams or max_new_tokens",
+                status=413,
+            )
+
     def new_token_cap(self, options: GenerationOptions, input_tokens: int) -> int:
         """The request's max_new_tokens, else the runaway guard: ratio x input + slack, capped."""
         if options.max_new_tokens is not None:

@@ -81,7 +81,9 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         assert self.translator is not None
         try:
             request = parse_request(item, self.translator.config)
-            return Job(request.as_list, request.options, self.translator.encode(request.texts))
+            token_ids = self.translator.encode(request.texts)
+            self.translator.check_cost(token_ids, request.options)
+            return Job(request.as_list, request.options, token_ids)
         except InvalidRequest as error:
             return Job(error=error)
 

@@ -13,6 +13,7 @@ import pytest
 from archive.build import ArchiveSpec, build_archive, model_digest
 from archive.standin import build_standin
 from archive.tatoeba import REPO_ROOT
+from handlers.zh_en_handler import TranslationHandler
 from serving.server import TorchServe
 
 TINY_MODEL_DIR = REPO_ROOT / "build" / "models" / "standin-tiny"
@@ -38,3 +39,13 @@ def server(tiny_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     """A real TorchServe on free local ports, production config, serving the int8 tiny archive."""
     with TorchServe(tiny_store, tmp_path_factory.mktemp("torchserve")) as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def fuzz_handler(tiny_model_dir: Path) -> TranslationHandler:
+    """One initialized handler for property-based tests (hypothesis forbids function-scoped fixtures)."""
+    from tests.unit.test_handler import make_context
+
+    handler = TranslationHandler()
+    handler.initialize(make_context(tiny_model_dir, "int8", 1))
+    return handler

@@ -17,8 +17,10 @@ MANIFEST = {"model": {"modelName": "zh_en", "modelVersion": "1.0-int8"}}
 METRICS_CONFIG = Path(ts.__file__).parent / "configs" / "metrics.yaml"
 
 
-def make_context(model_dir: Path, variant: str, batch: int) -> Context:
-    yaml_config = {"handler": {"variant": variant, "warmup": False, "max_texts_per_request": 4}}
+def make_context(model_dir: Path, variant: str, batch: int, **handler_keys: Any) -> Context:
+    yaml_config = {
+        "handler": {"variant": variant, "warmup": False, "max_texts_per_request": 4, **handler_keys}
+    }
     metrics = MetricsCacheYamlImpl(config_file_path=str(METRICS_CONFIG))
     context = Context(
         "zh_en",
@@ -100,3 +102,16 @@ def test_same_text_same_output_alone_or_batched(handler: TranslationHandler, tin
         ],
     )
     assert alone[0]["translation"] == batched[1]["translation"]
+
+
+def test_request_over_the_decode_budget_is_413_and_names_the_limit(tiny_model_dir: Path) -> None:
+    budgeted = TranslationHandler()
+    budgeted.initialize(make_context(tiny_model_dir, "int8", 1, max_decode_tokens_per_request=64))
+    at_limit = {"text": ["你好", "谢谢"], "num_beams": 4, "max_new_tokens": 8}  # 2 x 4 x 8 = 64
+    over = {**at_limit, "max_new_tokens": 9}  # 72
+    responses = budgeted.handle(
+        [{"body": at_limit}, {"body": over}], context := make_context(tiny_model_dir, "int8", 2)
+    )
+    assert [context.get_response_status(i)[0] for i in range(2)] == [200, 413]
+    assert "72 decode steps" in responses[1]["message"]
+    assert "max_decode_tokens_per_request (64)" in responses[1]["message"]

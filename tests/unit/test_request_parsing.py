@@ -48,6 +48,7 @@ def expect_error(body: object, status: int, *fragments: str) -> None:
         ("  \n\t", 400, "empty"),
         ({"text": " "}, 400, "empty"),
         ({"text": ["ok", ""]}, 400, "text 1 is empty"),
+        ({"text": "好\ud800"}, 400, "lone UTF-16 surrogate ('\\ud800') at character 1"),
         (b"\xff\xfe\x00", 400, "not valid UTF-8"),
         (b'{"text": ', 400, "not valid JSON"),
         ([1, 2], 400, "must be an object"),
