@@ -38,6 +38,8 @@ class ArchiveSpec:
     variant: str
     model_dir: Path
     out_dir: Path
+    # Where zh_en_<variant>.yaml is read from; tests point it at a copy with other timeouts.
+    config_dir: Path = CONFIG_DIR
 
     @property
     def version(self) -> str:
@@ -45,7 +47,7 @@ class ArchiveSpec:
 
     @property
     def config_file(self) -> Path:
-        return CONFIG_DIR / f"{MODEL_NAME}_{self.variant}.yaml"
+        return self.config_dir / f"{MODEL_NAME}_{self.variant}.yaml"
 
     @property
     def mar_path(self) -> Path:

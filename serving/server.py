@@ -53,18 +53,28 @@ def render_config(
     overrides: Mapping[str, str] | None = None,
     inference_host: str = "127.0.0.1",
 ) -> str:
-    """The base config with ports, model store and overrides replaced; every other line kept as is."""
+    """The base config with ports, model store and overrides replaced; every other line kept as is.
+
+    Management, metrics and gRPC keep the base config's bind addresses (only their ports change), so
+    a server started from here listens where production would; inference binds `inference_host`.
+    """
+    text = base.read_text()
+    current = dict(re.findall(r"^([A-Za-z_.]+)=(.*)$", text, flags=re.MULTILINE))
+
+    def with_port(key: str, port: int) -> str:
+        return re.sub(r":\d+$", f":{port}", current[key])
+
     values = {
         "inference_address": f"http://{inference_host}:{ports.inference}",
-        "management_address": f"http://127.0.0.1:{ports.management}",
-        "metrics_address": f"http://127.0.0.1:{ports.metrics}",
+        "management_address": with_port("management_address", ports.management),
+        "metrics_address": with_port("metrics_address", ports.metrics),
         "grpc_inference_port": str(ports.grpc_inference),
         "grpc_management_port": str(ports.grpc_management),
         "model_store": str(model_store),
         **(overrides or {}),
     }
     lines, seen = [], set()
-    for line in base.read_text().splitlines():
+    for line in text.splitlines():
         match = re.match(r"^([A-Za-z_.]+)=", line)
         if match and match.group(1) in values:
             key = match.group(1)

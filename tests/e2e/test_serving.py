@@ -48,6 +48,15 @@ def test_bad_input_gets_4xx_and_the_worker_keeps_serving(server: TorchServe) -> 
     cases = [
         (b'{"text": ""}', "application/json", 400, "empty"),
         (b'{"text": ', "application/json", 400, "not valid JSON"),
+        (b'{"text": "\\ud800"}', "application/json", 400, "lone UTF-16 surrogate"),
+        (b"[" * 5000, "application/json", 400, "not valid JSON"),
+        (json.dumps({"text": "a" * 1001}).encode(), "application/json", 413, "max_chars_per_text"),
+        (
+            json.dumps({"text": ["你好"] * 16, "num_beams": 8, "max_new_tokens": 256}).encode(),
+            "application/json",
+            413,
+            "max_decode_tokens_per_request",
+        ),
         (b"\xff\xfe\xfd", "text/plain", 400, "UTF-8"),
         (json.dumps({"text": ["a"] * 17}).encode(), "application/json", 413, "max_texts_per_request"),
         (json.dumps({"text": "a", "num_beams": 99}).encode(), "application/json", 422, "num_beams"),
