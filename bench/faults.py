@@ -1,0 +1,130 @@
+"""Operations under load, measured: version swaps and a killed worker.
+
+    python -m bench.faults [--model-store model_store] [--swap-seconds 60] [--concurrency 4]
+
+Starts a real TorchServe (production config, free local ports) serving zh_en_int8.mar, keeps a
+steady stream of requests going, and
+- swaps the default version int8 -> fp32 -> int8 ... with serving.swap until `--swap-seconds`
+  have passed: failed requests, and the order in which variants answered;
+- kills one worker process with SIGKILL: failed requests, seconds until /ping says Healthy
+  and until the model has all its workers READY again.
+The soak tests run the same functions on the tiny stand-in and assert on them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import write_result
+from bench.steady_load import SteadyLoad
+from serving.client import MODEL_NAME, TorchServeClient
+from serving.server import TorchServe
+from serving.swap import resolve_target, swap
+
+VERSIONS = ("1.0-fp32", "1.0-int8")
+
+
+def swap_under_load(server: TorchServe, load: SteadyLoad, seconds: float, workers: int = 2) -> dict[str, Any]:
+    """Alternate fp32/int8 as the default while `load` runs, until `seconds` passed; ends where it began."""
+    started = time.monotonic()
+    swaps: list[dict[str, Any]] = []
+    while time.monotonic() - started < seconds or len(swaps) < 2 or len(swaps) % 2:
+        target = VERSIONS[len(swaps) % 2]
+        began = time.monotonic()
+        swap(server.client, resolve_target(target, server.model_store), workers, say=_say)
+        swaps.append({"to": target, "seconds": round(time.monotonic() - began, 1)})
+        time.sleep(2.0)  # let the new default answer for a while before the next swap
+    return {"swaps": swaps, "seconds": round(time.monotonic() - started, 1)}
+
+
+def kill_worker_under_load(server: TorchServe, workers: int = 2, timeout: float = 300.0) -> dict[str, Any]:
+    """SIGKILL one worker; time until /ping is Healthy again and until all workers are READY."""
+    version = server.client.default_version()
+    victim = server.worker_pids()[0]
+    killed = time.monotonic()
+    os.kill(victim, signal.SIGKILL)
+    time.sleep(0.5)  # the frontend notices a dead worker within milliseconds; don't race it
+    healthy = _seconds_until(lambda: _healthy(server.client), killed, timeout)
+    ready = _seconds_until(lambda: server.client.ready_workers(version) >= workers, killed, timeout)
+    return {"killed_pid": victim, "healthy_after_s": healthy, "all_ready_after_s": ready}
+
+
+def summarize(load: SteadyLoad) -> dict[str, Any]:
+    failures = load.failures()
+    return {
+        "requests": len(load.outcomes),
+        "failed": len(failures),
+        "failure_samples": sorted({f"{f.status} {f.error}"[:160] for f in failures})[:5],
+        "variants": dict(load.variants()),
+        "variant_sequence": load.variant_sequence(),
+    }
+
+
+def _healthy(client: TorchServeClient) -> bool:
+    response = client.ping()
+    return response.status_code == 200 and response.json().get("status") == "Healthy"
+
+
+def _seconds_until(condition: Any, since: float, timeout: float) -> float:
+    while not condition():
+        if time.monotonic() - since > timeout:
+            raise TimeoutError(f"not recovered after {timeout:.0f}s")
+        time.sleep(0.1)
+    return round(time.monotonic() - since, 2)
+
+
+def _say(message: str) -> None:
+    print(f"  [swap] {message}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model-store", type=Path, default=Path("model_store"))
+    parser.add_argument("--swap-seconds", type=float, default=60.0)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--num-beams", type=int, default=1)
+    parser.add_argument("--max-new-tokens", type=int, default=16)
+    args = parser.parse_args(argv)
+    texts = ["汤姆不会同意的。", "我要看病。", "那个穿棕色大衣的女人是谁？", "如果今天是星期日，我會去釣魚。"]
+    options = {"num_beams": args.num_beams, "max_new_tokens": args.max_new_tokens}
+    result: dict[str, Any] = {"concurrency": args.concurrency, "options": options}
+    with (
+        tempfile.TemporaryDirectory(prefix="zh_en_faults_") as workdir,
+        TorchServe(args.model_store, Path(workdir)) as server,
+    ):
+        endpoints = server.client.endpoints
+        print(f"swapping versions for {args.swap_seconds:.0f}s under load ...", file=sys.stderr)
+        with SteadyLoad(endpoints, server.key_file, texts, args.concurrency, options=options) as load:
+            result["swap"] = swap_under_load(server, load, args.swap_seconds)
+        result["swap"].update(summarize(load))
+        print("killing one worker under load ...", file=sys.stderr)
+        with SteadyLoad(endpoints, server.key_file, texts, args.concurrency, options=options) as load:
+            time.sleep(3.0)
+            result["kill"] = kill_worker_under_load(server)
+            time.sleep(3.0)
+        result["kill"].update(summarize(load))
+        answer = server.client.translate(texts[0]).json()
+        result["model"] = {key: answer.get(key) for key in ("model", "version", "variant", "standin")}
+    path = write_result("faults", {"model_name": MODEL_NAME, **result})
+    swap_part, kill_part = result["swap"], result["kill"]
+    print(
+        f"swaps: {len(swap_part['swaps'])} in {swap_part['seconds']}s, "
+        f"{swap_part['failed']}/{swap_part['requests']} requests failed; "
+        f"killed worker: {kill_part['failed']}/{kill_part['requests']} failed, /ping Healthy after "
+        f"{kill_part['healthy_after_s']}s, all workers READY after {kill_part['all_ready_after_s']}s\n"
+        f"written to {path}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

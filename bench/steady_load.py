@@ -1,0 +1,111 @@
+"""A bounded, steady stream of translation requests from a few threads, recording every outcome.
+
+Locust measures throughput; this measures what an operator action (a version swap, a killed
+worker) does to the requests around it: which failed, when, and which variant answered.
+Localhost only, bounded by the caller's duration.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+import requests
+
+from serving.client import Endpoints, TorchServeClient
+
+LOOPBACK_PREFIXES = ("http://127.0.0.1:", "http://localhost:")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    started: float  # monotonic seconds
+    seconds: float
+    status: int  # 0 when no HTTP response came back
+    variant: str | None
+    error: str | None
+
+
+@dataclass
+class SteadyLoad:
+    """`with SteadyLoad(endpoints, key_file, texts) as load: ...` keeps `concurrency` requests in flight."""
+
+    endpoints: Endpoints
+    key_file: Path | None
+    texts: list[str]
+    concurrency: int = 4
+    max_requests: int = 100_000
+    options: dict[str, int] = field(default_factory=dict)
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.endpoints.inference.startswith(LOOPBACK_PREFIXES):
+            raise ValueError(f"steady load only targets this machine, not {self.endpoints.inference}")
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [
+            threading.Thread(target=self._run, args=(n,), daemon=True) for n in range(self.concurrency)
+        ]
+
+    def __enter__(self) -> SteadyLoad:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=180)
+
+    def _run(self, worker: int) -> None:
+        client = TorchServeClient(self.endpoints, self.key_file, timeout=120.0)
+        sent = 0
+        while not self._stop.is_set() and len(self.outcomes) < self.max_requests:
+            text = self.texts[(worker + sent * self.concurrency) % len(self.texts)]
+            sent += 1
+            self._record(client, text)
+
+    def _record(self, client: TorchServeClient, text: str) -> None:
+        started = time.monotonic()
+        try:
+            body_out = json.dumps({"text": text, **self.options}).encode()
+            response = client.post_raw(body_out, "application/json")
+            body = (
+                response.json()
+                if response.headers.get("content-type", "").startswith("application/json")
+                else {}
+            )
+            ok = response.status_code == 200 and bool(body.get("translation"))
+            outcome = Outcome(
+                started,
+                time.monotonic() - started,
+                response.status_code,
+                body.get("variant"),
+                None if ok else response.text[:200],
+            )
+        except requests.RequestException as error:
+            outcome = Outcome(started, time.monotonic() - started, 0, None, str(error)[:200])
+        with self._lock:
+            self.outcomes.append(outcome)
+
+    # Summaries
+    def failures(self) -> list[Outcome]:
+        return [outcome for outcome in self.outcomes if outcome.error is not None]
+
+    def variants(self) -> Counter[str | None]:
+        return Counter(outcome.variant for outcome in self.outcomes if outcome.error is None)
+
+    def variant_sequence(self) -> list[str]:
+        """Answering variants in request order with repeats collapsed: int8, fp32, int8, ..."""
+        sequence: list[str] = []
+        for outcome in sorted(self.outcomes, key=lambda o: o.started):
+            if outcome.variant and (not sequence or sequence[-1] != outcome.variant):
+                sequence.append(outcome.variant)
+        return sequence

@@ -1,0 +1,122 @@
+"""Zero-downtime switch of zh_en's default version through the management API.
+
+    python -m serving.swap --to 1.0-fp32        # or --to zh_en_fp32.mar   (make swap TO=1.0-fp32)
+
+1. register the target archive from the model store if it is not registered yet,
+2. wait until its workers are READY and one translation through it succeeds,
+3. make it the default: new requests to /predictions/zh_en go to it,
+4. drain the old version (its queue empty, then a grace period for the batch on its workers),
+5. unregister the old version (or keep it with `--keep-old N` workers, for a quick swap back).
+
+Keys come from key_file.json, re-read on every call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from serving.client import MODEL_NAME, Endpoints, ServerError, TorchServeClient
+
+PROBE_TEXT = "你好。"
+
+
+@dataclass(frozen=True)
+class Target:
+    version: str
+    archive: str  # file name inside the model store, the only kind of URL the production config allows
+
+
+def archive_version(mar: Path) -> str:
+    with zipfile.ZipFile(mar) as archive:
+        return str(json.loads(archive.read("MAR-INF/MANIFEST.json"))["model"]["modelVersion"])
+
+
+def resolve_target(to: str, model_store: Path) -> Target:
+    """`to` is a version (1.0-fp32) or an archive in the model store (zh_en_fp32.mar)."""
+    if to.endswith(".mar"):
+        mar = model_store / Path(to).name
+        if not mar.is_file():
+            raise SystemExit(f"{mar} not found: build it with `make archives` or copy it into {model_store}")
+        return Target(archive_version(mar), mar.name)
+    for mar in sorted(model_store.glob("*.mar")):
+        if archive_version(mar) == to:
+            return Target(to, mar.name)
+    raise SystemExit(f"no archive in {model_store} has version {to!r}; pass a .mar file name instead")
+
+
+def swap(
+    client: TorchServeClient,
+    target: Target,
+    workers: int = 2,
+    keep_old: int | None = None,
+    grace_seconds: float = 3.0,
+    say: Callable[[str], None] = print,
+) -> str:
+    """Make `target` the default version without failing a request; return the previous default."""
+    old = client.default_version()
+    if old == target.version:
+        say(f"{MODEL_NAME} {target.version} is already the default; nothing to do")
+        return old
+    if target.version not in client.versions():
+        say(f"registering {target.archive} ({target.version}) with {workers} workers ...")
+        client.register(target.archive, initial_workers=workers)
+    elif client.ready_workers(target.version) < workers:
+        say(f"scaling {target.version} to {workers} workers ...")
+        client.scale(target.version, workers)
+    client.wait_ready(target.version, workers)
+    probe = client.translate(PROBE_TEXT, version=target.version)
+    if probe.status_code != 200:
+        raise ServerError(f"{target.version} is READY but a probe translation failed: {probe.text[:300]}")
+    client.set_default(target.version)
+    say(f"default is now {target.version} (was {old}); draining {old} ...")
+    _drain(client, old, grace_seconds)
+    if keep_old is None:
+        client.unregister(old)
+        say(f"unregistered {old}")
+    else:
+        client.scale(old, keep_old)
+        say(f"kept {old} with {keep_old} workers")
+    return old
+
+
+def _drain(client: TorchServeClient, version: str, grace_seconds: float, timeout: float = 120.0) -> None:
+    """Wait for the old version's queue to empty; the grace period covers the batch on its workers."""
+    deadline = time.monotonic() + timeout
+    while _pending(client, version) > 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(grace_seconds)
+
+
+def _pending(client: TorchServeClient, version: str) -> int:
+    status = client.describe(MODEL_NAME, version)[0].get("jobQueueStatus", {})
+    return int(status.get("pendingRequests", 0))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--to", required=True, help="target version (1.0-fp32) or archive (zh_en_fp32.mar)")
+    parser.add_argument("--model-store", type=Path, default=Path("model_store"))
+    parser.add_argument("--workers", type=int, default=2, help="workers for the target version")
+    parser.add_argument("--keep-old", type=int, metavar="N", help="scale the old version to N workers")
+    parser.add_argument("--grace", type=float, default=3.0, help="seconds for in-flight batches to end")
+    parser.add_argument("--key-file", type=Path, default=Path("key_file.json"))
+    parser.add_argument("--inference", default=Endpoints.inference)
+    parser.add_argument("--management", default=Endpoints.management)
+    args = parser.parse_args(argv)
+    client = TorchServeClient(Endpoints(args.inference, args.management), args.key_file)
+    started = time.monotonic()
+    swap(client, resolve_target(args.to, args.model_store), args.workers, args.keep_old, args.grace)
+    print(f"swap done in {time.monotonic() - started:.1f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,102 @@
+"""Operations under load on a real server (tiny stand-in): swaps, a killed worker, a full queue, a timeout.
+
+Minutes, not seconds: marked `soak` (`make soak` runs only these; `make test` runs them too).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import requests
+
+from archive.build import CONFIG_DIR, ArchiveSpec, build_archive, model_digest
+from bench.faults import kill_worker_under_load, summarize, swap_under_load
+from bench.steady_load import SteadyLoad
+from serving.server import TorchServe, process_alive
+
+pytestmark = pytest.mark.soak
+
+TEXTS = ["汤姆不会同意的。", "我要看病。", "那个穿棕色大衣的女人是谁？", "如果今天是星期日，我會去釣魚。"]
+QUICK = {"num_beams": 1, "max_new_tokens": 12}
+# About a second of work per request on the tiny model: enough to fill queues and outlast timeouts.
+HEAVY = {"text": ["你好"] * 4, "num_beams": 8, "max_new_tokens": 256, "min_new_tokens": 256}
+
+
+def steady(server: TorchServe, concurrency: int = 4) -> SteadyLoad:
+    return SteadyLoad(server.client.endpoints, server.key_file, TEXTS, concurrency, options=QUICK)
+
+
+@pytest.fixture
+def fresh_server(tiny_store: Path, tmp_path: Path) -> Iterator[TorchServe]:
+    with TorchServe(tiny_store, tmp_path / "torchserve") as running:
+        yield running
+
+
+def test_swapping_versions_under_load_fails_no_request(fresh_server: TorchServe) -> None:
+    with steady(fresh_server) as load:
+        report = swap_under_load(fresh_server, load, seconds=60)
+    summary = summarize(load)
+    assert report["seconds"] >= 60 and len(report["swaps"]) >= 2
+    assert summary["failed"] == 0, summary["failure_samples"]
+    sequence = summary["variant_sequence"]
+    assert sequence[0] == "int8" and "fp32" in sequence and sequence[-1] == "int8", sequence
+    assert fresh_server.client.versions() == ["1.0-int8"]
+
+
+def test_a_killed_worker_is_replaced_and_only_its_requests_fail(fresh_server: TorchServe) -> None:
+    concurrency = 4
+    with steady(fresh_server, concurrency) as load:
+        time.sleep(2.0)
+        report = kill_worker_under_load(fresh_server)
+        time.sleep(2.0)
+    summary = summarize(load)
+    assert not process_alive(report["killed_pid"])
+    assert report["all_ready_after_s"] < 120
+    # At most the requests that were on the killed worker: one batch, fed by our 4 clients.
+    assert summary["failed"] <= concurrency, summary["failure_samples"]
+    assert fresh_server.client.translate("你好").status_code == 200
+
+
+def test_a_full_queue_answers_503_and_recovers(tiny_store: Path, tmp_path: Path) -> None:
+    with TorchServe(tiny_store, tmp_path / "torchserve", overrides={"job_queue_size": "2"}) as server:
+        body = json.dumps(HEAVY).encode()
+
+        def post(_: int) -> requests.Response:
+            client = type(server.client)(server.client.endpoints, server.key_file)
+            return client.post_raw(body, "application/json")
+
+        with ThreadPoolExecutor(max_workers=24) as pool:
+            responses = list(pool.map(post, range(24)))
+        statuses = [response.status_code for response in responses]
+        assert 503 in statuses and 200 in statuses, statuses
+        refused = next(response for response in responses if response.status_code == 503)
+        assert refused.json()["code"] == 503
+        # Load gone: the server answers normally again.
+        assert server.client.translate("你好", **QUICK).status_code == 200
+
+
+def test_a_request_over_the_response_timeout_does_not_wedge_the_worker(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    config_dir = tmp_path / "config"
+    config_dir.mkdir()
+    yaml = (CONFIG_DIR / "zh_en_int8.yaml").read_text().replace("responseTimeout: 60", "responseTimeout: 2")
+    (config_dir / "zh_en_int8.yaml").write_text(yaml)
+    store = tmp_path / "store"
+    build_archive(ArchiveSpec("int8", tiny_model_dir, store, config_dir), model_digest(tiny_model_dir))
+    with TorchServe(store, tmp_path / "torchserve") as server:
+        started = time.monotonic()
+        slow = server.client.post_raw(json.dumps(HEAVY).encode(), "application/json")
+        assert slow.status_code >= 500 and time.monotonic() - started < 30, slow.text
+        deadline = time.monotonic() + 120
+        while server.client.ready_workers("1.0-int8") < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        answers = [server.client.translate("你好", **QUICK).status_code for _ in range(6)]
+        assert answers == [200] * 6
+    shutil.rmtree(store)
