@@ -62,6 +62,7 @@ soak: $(STAMP) java
 	$(BIN)/python -m pytest -m soak -v
 
 swap: $(STAMP)
+	@test -n "$(TO)" || { echo "usage: make swap TO=1.0-fp32 (a version) or TO=zh_en_fp32.mar (an archive)"; exit 2; }
 	$(BIN)/python -m serving.swap --to $(TO)
 
 clean:

@@ -1,0 +1,60 @@
+"""The Dockerfile, the Makefile and the README must run the same commands; the build step really runs.
+
+No Docker engine exists on our machines, so this is how the image's steps get tested.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from archive.tatoeba import REPO_ROOT
+
+pytestmark = pytest.mark.e2e
+
+SERVE = (
+    "torchserve --start --ncs --model-store model_store --ts-config config/config.properties "
+    "--models zh_en_int8.mar"
+)
+
+
+def dockerfile_instructions(keyword: str) -> list[str]:
+    text = (REPO_ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    return [line[len(keyword) :].strip() for line in text.splitlines() if line.startswith(keyword + " ")]
+
+
+def test_readme_makefile_and_image_start_the_same_server() -> None:
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert SERVE in readme
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    variables = {"$(BIN)/": "", "$(STORE)": "model_store", "$(CONFIG)": "config/config.properties"}
+    for variable, value in variables.items():
+        makefile = makefile.replace(variable, value)
+    assert SERVE in makefile
+    (cmd,) = dockerfile_instructions("CMD")
+    argv = json.loads(cmd)
+    assert Path(argv[0]).name == "torchserve"
+    assert " ".join(["torchserve", *[arg for arg in argv[1:] if arg != "--foreground"]]) == SERVE
+    assert "make archives" in readme
+
+
+def test_image_build_step_is_make_archives_and_it_builds_both(tiny_model_dir: Path, tmp_path: Path) -> None:
+    runs = dockerfile_instructions("RUN")
+    (build,) = [run for run in runs if run.startswith("make ")]
+    assert re.fullmatch(r"make archives MODEL=\$\{MODEL\} STRICT=\$\{STRICT\}", build)
+    store = tmp_path / "store"
+    subprocess.run(
+        ["make", "archives", f"MODEL={tiny_model_dir}", "STRICT=1", f"STORE={store}"],
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
+    )
+    for variant in ("fp32", "int8"):
+        with zipfile.ZipFile(store / f"zh_en_{variant}.mar") as mar:
+            manifest = json.loads(mar.read("MAR-INF/MANIFEST.json"))
+        assert manifest["model"]["modelVersion"] == f"1.0-{variant}"
