@@ -91,9 +91,9 @@ def now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def write_result(name: str, payload: dict[str, Any]) -> Path:
-    """bench/results/<name>.json with the date and machine added; a rerun replaces it."""
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / f"{name}.json"
+def write_result(name: str, payload: dict[str, Any], results_dir: Path = RESULTS_DIR) -> Path:
+    """<results_dir>/<name>.json with the date and machine added; a rerun replaces it."""
+    results_dir.mkdir(parents=True, exist_ok=True)
+    path = results_dir / f"{name}.json"
     path.write_text(json.dumps({"date": now(), "machine": machine(), **payload}, indent=2) + "\n")
     return path

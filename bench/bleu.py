@@ -1,0 +1,190 @@
+"""Translation quality on the Tatoeba zho-eng test set: corpus BLEU and chrF with sacrebleu.
+
+    python -m bench.bleu --published                         # the released model's own outputs
+    python -m bench.bleu --model-dir DIR --variant int8      # in-process, the handler's code path
+    python -m bench.bleu --model synthetic --variant int8    # same, model resolved like archive.build
+    python -m bench.bleu --endpoint http://127.0.0.1:8080/predictions/zh_en   # a running server
+
+`--limit N` scores the first N sentences. One JSON result per run lands in bench/results/.
+On the offline stand-in (random weights) the score is meaningless and labeled so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+import sacrebleu
+
+from archive.tatoeba import Block, read_blocks
+from bench.common import RESULTS_DIR, is_standin, load_model_dir, write_result
+from serving.client import read_key
+
+CHUNK = 8  # sentences per HTTP request or in-process batch
+
+
+@dataclass
+class Hypotheses:
+    """Translations of the test sources plus what produced them."""
+
+    texts: list[str]
+    model: str
+    version: str | None = None
+    variant: str | None = None
+    standin: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def score(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, Any]:
+    """Corpus BLEU and chrF (sacrebleu defaults, 13a tokenizer), signatures, mean sentence BLEU."""
+    bleu, chrf = sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF()
+    corpus_bleu = bleu.corpus_score(list(hypotheses), [list(references)])
+    corpus_chrf = chrf.corpus_score(list(hypotheses), [list(references)])
+    sentence = sacrebleu.metrics.BLEU(effective_order=True)
+    sentence_scores = [
+        sentence.sentence_score(h, [r]).score for h, r in zip(hypotheses, references, strict=True)
+    ]
+    return {
+        "bleu": round(corpus_bleu.score, 2),
+        "chrf": round(corpus_chrf.score, 2),
+        "sentence_bleu_mean": round(sum(sentence_scores) / len(sentence_scores), 2),
+        "bleu_signature": str(bleu.get_signature()),
+        "chrf_signature": str(chrf.get_signature()),
+    }
+
+
+def published(blocks: Sequence[Block]) -> Hypotheses:
+    return Hypotheses([b.published for b in blocks], "Helsinki-NLP/opus-mt-zh-en (published outputs)")
+
+
+def in_process(blocks: Sequence[Block], model_dir: Path, variant: str, num_beams: int | None) -> Hypotheses:
+    """The handler's own path: Translator with the archive's handler config, batches of CHUNK."""
+    from handlers.handler_config import HandlerConfig
+    from handlers.request_parsing import GenerationOptions
+    from handlers.translator import Translator
+
+    translator = Translator.load(model_dir, HandlerConfig(variant=variant))  # type: ignore[arg-type]
+    options = GenerationOptions(num_beams=num_beams)
+    chunks = _chunks([b.source for b in blocks])
+    texts: list[str] = []
+    for done, chunk in enumerate(chunks, start=1):
+        texts += translator.translate(chunk, options)
+        _progress(done, len(chunks))
+    return Hypotheses(texts, translator.info.source, None, variant, translator.info.standin)
+
+
+def through_endpoint(
+    blocks: Sequence[Block], url: str, key_file: Path, concurrency: int, num_beams: int | None
+) -> Hypotheses:
+    """POST lists of CHUNK sources with bounded concurrency; identity comes from the responses."""
+    session = requests.Session()
+
+    def post(chunk: list[str]) -> dict[str, Any]:
+        key = read_key(key_file, "inference")
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        body: dict[str, Any] = {"text": chunk, **({"num_beams": num_beams} if num_beams else {})}
+        response = session.post(url, json=body, headers=headers, timeout=300)
+        if response.status_code != 200:
+            raise SystemExit(f"{url} answered {response.status_code}: {response.text[:300]}")
+        result: dict[str, Any] = response.json()
+        return result
+
+    chunks = _chunks([b.source for b in blocks])
+    answers: list[dict[str, Any]] = []
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        for done, answer in enumerate(pool.map(post, chunks), start=1):
+            answers.append(answer)
+            _progress(done, len(chunks))
+    first = answers[0]
+    texts = [text for answer in answers for text in answer["translations"]]
+    return Hypotheses(
+        texts, first["model"], first.get("version"), first.get("variant"), bool(first["standin"])
+    )
+
+
+def _chunks(texts: list[str]) -> list[list[str]]:
+    return [texts[i : i + CHUNK] for i in range(0, len(texts), CHUNK)]
+
+
+def _progress(done: int, total: int) -> None:
+    if done == total or done % max(1, total // 20) == 0:
+        print(f"  translated {done}/{total} batches", file=sys.stderr, flush=True)
+
+
+def run(
+    source: Callable[[Sequence[Block]], Hypotheses],
+    label: str,
+    limit: int | None,
+    results_dir: Path = RESULTS_DIR,
+) -> dict[str, Any]:
+    blocks = read_blocks()[:limit]
+    hypotheses = source(blocks)
+    result = {
+        **score(hypotheses.texts, [b.reference for b in blocks]),
+        "model": hypotheses.model,
+        "version": hypotheses.version,
+        "variant": hypotheses.variant,
+        "standin": hypotheses.standin,
+        "meaningful": not hypotheses.standin,
+        "n": len(blocks),
+    }
+    path = write_result(f"bleu-{label}", result, results_dir)
+    _report(result, path)
+    return result
+
+
+def _report(result: dict[str, Any], path: Path) -> None:
+    if result["standin"]:
+        print(
+            "!! offline stand-in (random weights): this score is MEANINGLESS; "
+            "run the same command on the real model for the real number",
+            file=sys.stderr,
+        )
+    print(f"BLEU {result['bleu']:.2f}  chrF {result['chrf']:.2f}  (n={result['n']}, {result['model']})")
+    print(f"  sentence BLEU mean {result['sentence_bleu_mean']:.2f}")
+    print(f"  {result['bleu_signature']}\n  {result['chrf_signature']}\n  written to {path}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--published", action="store_true", help="score the released model's outputs")
+    mode.add_argument("--endpoint", help="a TorchServe predictions URL")
+    mode.add_argument("--model-dir", type=Path, help="a saved model directory, in-process")
+    mode.add_argument("--model", help="hub id, local dir or `synthetic`, resolved like archive.build")
+    parser.add_argument("--variant", choices=("fp32", "int8"), default="int8")
+    parser.add_argument("--num-beams", type=int)
+    parser.add_argument("--limit", type=int)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--key-file", type=Path, default=Path("key_file.json"))
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    args = parser.parse_args(argv)
+    if args.published:
+        run(published, "published", args.limit, args.results_dir)
+    elif args.endpoint:
+        endpoint_source = lambda blocks: through_endpoint(  # noqa: E731
+            blocks, args.endpoint, args.key_file, args.concurrency, args.num_beams
+        )
+        run(endpoint_source, "endpoint", args.limit, args.results_dir)
+    else:
+        model_dir = args.model_dir or load_model_dir(args.model)
+        label = f"{'standin' if is_standin(model_dir) else 'model'}-{args.variant}"
+        run(
+            lambda blocks: in_process(blocks, model_dir, args.variant, args.num_beams),
+            label,
+            args.limit,
+            args.results_dir,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
