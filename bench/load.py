@@ -1,0 +1,197 @@
+"""Load test with Locust against a running zh_en server on this machine.
+
+    python -m bench.load --host http://127.0.0.1:8080 --users 100 --spawn-rate 100 --duration 60s \
+        --num-beams 1 [--version 1.0-int8] [--key-file key_file.json] [--max-requests N]
+
+Headless Locust in a subprocess (one lean process: FastHttpUser, no wait between requests),
+CSV files kept next to the JSON summary in bench/results/. One probe request first tells whether
+the server runs the stand-in: then every request carries its sentence's reference length as
+min/max_new_tokens, so the decode work matches the real model's. Bounded by --duration (and
+--max-requests); refuses any host but this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import requests
+
+from bench.common import RESULTS_DIR, load_model_dir, sample_sentences, write_result
+from serving.client import read_key
+
+LOCUSTFILE = Path(__file__).with_name("locustfile.py")
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    host: str
+    users: int = 100
+    spawn_rate: float = 100.0
+    duration: str = "30s"
+    num_beams: int | None = None
+    version: str | None = None
+    key_file: Path = Path("key_file.json")
+    max_requests: int = 0
+    sentences: int = 2000
+    label: str = "load"
+
+    @property
+    def path(self) -> str:
+        return "/predictions/zh_en" + (f"/{self.version}" if self.version else "")
+
+
+def run_load(
+    spec: LoadSpec, results_dir: Path = RESULTS_DIR, model_dir: Path | None = None
+) -> dict[str, Any]:
+    """Run Locust headless against `spec.host`; return (and write) the summary."""
+    if urlparse(spec.host).hostname not in LOOPBACK:
+        raise SystemExit(f"bench.load only targets this machine (127.0.0.1/localhost), not {spec.host}")
+    identity = _probe(spec)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    prefix = results_dir / spec.label
+    with tempfile.TemporaryDirectory(prefix="zh_en_load_") as tmp:
+        sentences_file = Path(tmp) / "sentences.json"
+        _write_sentences(sentences_file, spec.sentences, model_dir)
+        env = {
+            **os.environ,
+            "ZH_EN_SENTENCES": str(sentences_file),
+            "ZH_EN_PATH": spec.path,
+            "ZH_EN_KEY_FILE": str(spec.key_file.resolve()),
+            "ZH_EN_OPTIONS": json.dumps({"num_beams": spec.num_beams} if spec.num_beams else {}),
+            "ZH_EN_FORCE_LENGTHS": "1" if identity["standin"] else "0",
+            "ZH_EN_MAX_REQUESTS": str(spec.max_requests),
+        }
+        lengths = "stand-in: reference lengths" if identity["standin"] else "real model"
+        print(
+            f"locust: {spec.users} users, {spec.duration}, num_beams={spec.num_beams or 'model default'}, "
+            f"{identity['version']} ({lengths})",
+            file=sys.stderr,
+            flush=True,
+        )
+        subprocess.run(_locust_command(spec, prefix), env=env, check=False, stdout=subprocess.DEVNULL)
+    summary = {
+        **_aggregated(Path(f"{prefix}_stats.csv")),
+        "users": spec.users,
+        "spawn_rate": spec.spawn_rate,
+        "duration": spec.duration,
+        "num_beams": spec.num_beams,
+        **identity,
+        "csv": [
+            str(path.relative_to(results_dir)) for path in sorted(results_dir.glob(f"{spec.label}_*.csv"))
+        ],
+    }
+    path = write_result(spec.label, summary, results_dir)
+    print(
+        f"{spec.label}: {summary['requests']} requests, {summary['failures']} failed, "
+        f"{summary['rps']:.1f} req/s, p50 {summary['p50_ms']:.0f} ms, p95 {summary['p95_ms']:.0f} ms, "
+        f"p99 {summary['p99_ms']:.0f} ms -> {path}"
+    )
+    return summary
+
+
+def _locust_command(spec: LoadSpec, prefix: Path) -> list[str]:
+    locust = Path(sys.executable).with_name("locust")
+    return [
+        str(locust if locust.exists() else "locust"),
+        "-f",
+        str(LOCUSTFILE),
+        "--headless",
+        "--only-summary",
+        "--users",
+        str(spec.users),
+        "--spawn-rate",
+        str(spec.spawn_rate),
+        "--run-time",
+        spec.duration,
+        "--stop-timeout",
+        "30",
+        "--host",
+        spec.host,
+        "--csv",
+        str(prefix),
+        "--loglevel",
+        "WARNING",
+    ]
+
+
+def _probe(spec: LoadSpec) -> dict[str, Any]:
+    key = read_key(spec.key_file, "inference")
+    response = requests.post(
+        spec.host + spec.path,
+        json={"text": "你好。"},
+        headers={"Authorization": f"Bearer {key}"} if key else {},
+        timeout=120,
+    )
+    if response.status_code != 200:
+        raise SystemExit(f"probe request failed: {response.status_code} {response.text[:300]}")
+    body = response.json()
+    return {key: body.get(key) for key in ("model", "version", "variant", "standin")}
+
+
+def _write_sentences(path: Path, count: int, model_dir: Path | None) -> None:
+    """Sources with their reference lengths in target tokens (used only against a stand-in)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir or load_model_dir("synthetic"))
+    sentences = sample_sentences(tokenizer, count)
+    path.write_text(json.dumps([{"source": s.source, "tokens": s.reference_tokens} for s in sentences]))
+
+
+def _aggregated(stats_csv: Path) -> dict[str, Any]:
+    with stats_csv.open() as handle:
+        row = next(r for r in csv.DictReader(handle) if r["Name"] == "Aggregated")
+    return {
+        "requests": int(row["Request Count"]),
+        "failures": int(row["Failure Count"]),
+        "rps": round(float(row["Requests/s"]), 2),
+        "p50_ms": float(row["50%"]),
+        "p95_ms": float(row["95%"]),
+        "p99_ms": float(row["99%"]),
+        "mean_ms": round(float(row["Average Response Time"]), 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--host", default="http://127.0.0.1:8080")
+    parser.add_argument("--users", type=int, default=100)
+    parser.add_argument("--spawn-rate", type=float, default=100.0)
+    parser.add_argument("--duration", default="30s", help="Locust run time, e.g. 30s, 2m")
+    parser.add_argument("--num-beams", type=int)
+    parser.add_argument("--version", help="e.g. 1.0-fp32; default: the default version")
+    parser.add_argument("--key-file", type=Path, default=Path("key_file.json"))
+    parser.add_argument("--max-requests", type=int, default=0, help="stop after this many (0: no cap)")
+    parser.add_argument("--label", default="load")
+    parser.add_argument("--model-dir", type=Path, help="tokenizer for reference lengths (stand-in)")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    args = parser.parse_args(argv)
+    spec = LoadSpec(
+        args.host,
+        args.users,
+        args.spawn_rate,
+        args.duration,
+        args.num_beams,
+        args.version,
+        args.key_file,
+        args.max_requests,
+        label=args.label,
+    )
+    summary = run_load(spec, args.results_dir, args.model_dir)
+    return 0 if summary["failures"] == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,66 @@
+"""Locust user for zh_en: random Tatoeba sentences, every response body checked.
+
+Started by `python -m bench.load`, which writes the sentences (with their reference lengths) to a
+JSON file and passes settings through ZH_EN_* environment variables.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+from locust import FastHttpUser, constant, events, task
+
+SENTENCES: list[dict[str, Any]] = json.loads(Path(os.environ["ZH_EN_SENTENCES"]).read_text())
+PATH = os.environ.get("ZH_EN_PATH", "/predictions/zh_en")
+KEY_FILE = os.environ.get("ZH_EN_KEY_FILE", "")
+OPTIONS: dict[str, int] = json.loads(os.environ.get("ZH_EN_OPTIONS", "{}"))
+# On the stand-in, force each output to its reference's token length so decode work is realistic.
+FORCE_LENGTHS = os.environ.get("ZH_EN_FORCE_LENGTHS") == "1"
+MAX_REQUESTS = int(os.environ.get("ZH_EN_MAX_REQUESTS", "0"))
+sent = 0
+
+
+def _headers() -> dict[str, str]:
+    if not KEY_FILE or not Path(KEY_FILE).exists():
+        return {}
+    return {"Authorization": f"Bearer {json.loads(Path(KEY_FILE).read_text())['inference']['key']}"}
+
+
+@events.test_start.add_listener  # type: ignore[untyped-decorator]  # locust ships no hints here
+def _read_key(environment: Any, **_: Any) -> None:
+    environment.zh_en_headers = _headers()
+
+
+class Translator(FastHttpUser):  # type: ignore[misc]
+    wait_time = constant(0)  # saturation: every user sends its next request at once
+
+    @task  # type: ignore[untyped-decorator]
+    def translate(self) -> None:
+        global sent
+        sent += 1
+        if MAX_REQUESTS and sent > MAX_REQUESTS:
+            self.environment.runner.quit()
+            return
+        sentence = random.choice(SENTENCES)
+        body: dict[str, Any] = {"text": sentence["source"], **OPTIONS}
+        if FORCE_LENGTHS:
+            body["min_new_tokens"] = body["max_new_tokens"] = sentence["tokens"]
+        with self.client.post(
+            PATH, json=body, headers=self.environment.zh_en_headers, name=PATH, catch_response=True
+        ) as response:
+            if response.status_code != 200:
+                response.failure(f"HTTP {response.status_code}: {(response.text or '')[:120]}")
+                return
+            try:
+                translation = response.json().get("translation")
+            except ValueError:
+                response.failure("response is not JSON")
+                return
+            if not isinstance(translation, str) or not translation:
+                response.failure("response has no translation")
+            else:
+                response.success()
