@@ -52,10 +52,10 @@ test: $(STAMP) java
 	$(BIN)/hadolint Dockerfile
 	$(BIN)/python -m pytest -q
 
-bench: $(STAMP) java
+bench: archives java
 	$(BIN)/python -m bench.run_all
 
-bench-quick: $(STAMP) java
+bench-quick: archives java
 	$(BIN)/python -m bench.run_all --quick
 
 soak: $(STAMP) java

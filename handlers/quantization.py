@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
 import warnings
 
 import torch
@@ -20,6 +23,20 @@ def quantize_linear_int8(model: nn.Module) -> nn.Module:
             model, {nn.Linear}, dtype=torch.qint8
         )
         return quantized
+
+
+def return_freed_heap() -> None:
+    """After the fp32 model is dropped, glibc keeps its freed heap: give it back to the system.
+
+    Call it once the caller no longer holds the unquantized model (it may still be referenced
+    while quantize_linear_int8 runs).
+    """
+    gc.collect()
+    libc_name = ctypes.util.find_library("c")
+    if libc_name:
+        libc = ctypes.CDLL(libc_name)
+        if hasattr(libc, "malloc_trim"):  # glibc only
+            libc.malloc_trim(0)
 
 
 def count_quantized_linear(model: nn.Module) -> int:

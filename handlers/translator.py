@@ -21,7 +21,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from transformers.utils import logging as transformers_logging
 
 from handlers.handler_config import HandlerConfig
-from handlers.quantization import count_quantized_linear, quantize_linear_int8
+from handlers.quantization import count_quantized_linear, quantize_linear_int8, return_freed_heap
 from handlers.request_parsing import GenerationOptions, InvalidRequest
 
 logger = logging.getLogger(__name__)
@@ -83,6 +83,7 @@ class Translator:
         parameters = sum(p.numel() for p in model.parameters())
         if config.quantize:
             model = quantize_linear_int8(model)
+            return_freed_heap()
         info = ModelInfo(
             source=_model_source(model_dir),
             standin=(model_dir / STANDIN_MARKER).exists(),

@@ -1,0 +1,192 @@
+"""Turn bench/results/*.json into plots and bench/results/README.md.
+
+    python -m bench.report [--results-dir bench/results]
+
+Plots: latency by rung (greedy and beam 4), throughput vs users (int8), fp32 vs int8 under load.
+The README names the machine, the date of each result and the commands that produced them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt
+
+from bench.common import RESULTS_DIR
+from bench.latency import markdown as latency_markdown
+
+STANDIN_LABEL = "offline stand-in (random weights, reference-length outputs)"
+
+
+def load_results(results_dir: Path) -> dict[str, dict[str, Any]]:
+    return {path.stem: json.loads(path.read_text()) for path in sorted(results_dir.glob("*.json"))}
+
+
+def loads_of(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = [{"label": name, **result} for name, result in results.items() if name.startswith("load-")]
+    return sorted(rows, key=lambda r: (r["variant"] or "", r["num_beams"] or 0, r["users"]))
+
+
+def plot_latency(latency: dict[str, Any], out: Path) -> Path:
+    ladders = latency["ladders"]
+    figure, axes = plt.subplots(1, len(ladders), figsize=(6 * len(ladders), 4), squeeze=False)
+    for axis, (beams, ladder) in zip(axes[0], ladders.items(), strict=True):
+        rungs = [row for row in ladder["rungs"] if row["rung"] != 4]  # rung 4 is per batch, not per sentence
+        axis.bar([f"{r['rung']}" for r in rungs], [r["p50_ms"] for r in rungs], color="#4c72b0")
+        axis.set_title(f"{'greedy' if beams == '1' else f'beam {beams}'}: p50 per sentence")
+        axis.set_xlabel("rung (1 fp32 pad-128, 2 fp32 dynamic, 3 int8 dynamic, 5 int8 via HTTP)")
+        axis.set_ylabel("ms")
+    return _save(figure, out / "latency_by_rung.png", latency)
+
+
+def plot_users(loads: list[dict[str, Any]], out: Path) -> Path | None:
+    sweep = [r for r in loads if r["variant"] == "int8" and r["num_beams"] == 1]
+    if len(sweep) < 2:
+        return None
+    figure, axis = plt.subplots(figsize=(6, 4))
+    users = [r["users"] for r in sweep]
+    axis.plot(users, [r["rps"] for r in sweep], "o-", label="requests/s")
+    axis.set_xlabel("Locust users (no wait)")
+    axis.set_ylabel("requests/s")
+    twin = axis.twinx()
+    twin.plot(users, [r["p50_ms"] for r in sweep], "s--", color="#c44e52", label="p50 ms")
+    twin.set_ylabel("p50 ms")
+    axis.set_title("int8, greedy: throughput vs users")
+    figure.legend(loc="upper left")
+    return _save(figure, out / "throughput_vs_users.png", sweep[0])
+
+
+def plot_variants(loads: list[dict[str, Any]], out: Path) -> Path | None:
+    top = max((r["users"] for r in loads), default=0)
+    rows = [r for r in loads if r["users"] == top]
+    if not rows:
+        return None
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    names = [
+        f"{r['variant']}\n{'greedy' if r['num_beams'] == 1 else 'beam ' + str(r['num_beams'])}" for r in rows
+    ]
+    colors = ["#55a868" if r["variant"] == "int8" else "#8172b2" for r in rows]
+    left.bar(names, [r["rps"] for r in rows], color=colors)
+    left.set_title(f"requests/s at {top} users")
+    right.bar(names, [r["p50_ms"] for r in rows], color=colors)
+    right.set_title(f"p50 ms at {top} users")
+    return _save(figure, out / "fp32_vs_int8.png", rows[0])
+
+
+def _save(figure: Any, path: Path, result: dict[str, Any]) -> Path:
+    if result.get("standin"):
+        figure.text(0.5, 0.005, STANDIN_LABEL, ha="center", fontsize=8, color="#c44e52")
+    figure.tight_layout(rect=(0, 0.03, 1, 1))
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def load_table(loads: list[dict[str, Any]]) -> str:
+    lines = [
+        "| variant | decoding | users | requests | failed | req/s | p50 ms | p95 ms | p99 ms | date |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in loads:
+        decoding = "greedy" if r["num_beams"] == 1 else f"beam {r['num_beams']}"
+        lines.append(
+            f"| {r['variant']} | {decoding} | {r['users']} | {r['requests']} | {r['failures']} | {r['rps']} "
+            f"| {r['p50_ms']:.0f} | {r['p95_ms']:.0f} | {r['p99_ms']:.0f} | {r['date']} |"
+        )
+    return "\n".join(lines)
+
+
+def bleu_table(results: dict[str, dict[str, Any]]) -> str:
+    lines = ["| run | model | n | BLEU | chrF | meaningful | signature |", "|---|---|---|---|---|---|---|"]
+    for name, r in results.items():
+        if name.startswith("bleu-"):
+            lines.append(
+                f"| {name} | {r['model']} ({r['variant'] or '-'}) | {r['n']} | {r['bleu']} | {r['chrf']} "
+                f"| {'yes' if r['meaningful'] else 'NO (stand-in)'} | `{r['bleu_signature']}` |"
+            )
+    return "\n".join(lines)
+
+
+def write_readme(results: dict[str, dict[str, Any]], plots: list[Path], out: Path) -> Path:
+    any_result = next(iter(results.values()))
+    machine = any_result["machine"]
+    standin = any(r.get("standin") for r in results.values())
+    parts = [
+        "# Benchmark results",
+        "",
+        "Generated by `python -m bench.report` from the JSON files here; produced by `make bench` "
+        "(`python -m bench.run_all`). Each JSON names its date and machine.",
+        "",
+        f"Machine: {machine['cpu']}, {machine['cores']} cores, {machine['system']}, Python "
+        f"{machine['python']}, torch {machine['torch']}.",
+    ]
+    if standin:
+        parts += [
+            "",
+            f"**Model: {STANDIN_LABEL}.** Quality scores of the stand-in are meaningless; its timings "
+            "transfer to the real opus-mt-zh-en because shapes, tokenization and output lengths match.",
+        ]
+    parts += ["", "## Quality", "", bleu_table(results)]
+    if "latency" in results:
+        latency = results["latency"]
+        parts += [
+            "",
+            f"## Latency ladder ({latency['date']})",
+            "",
+            "`python -m bench.latency --sentences 32 --beams 1 4 --http`; output lengths: "
+            f"{latency['output_lengths']}. Rung 4 latencies are per batch of 8.",
+            latency_markdown(latency),
+        ]
+    loads = loads_of(results)
+    if loads:
+        parts += [
+            "",
+            "## Load (Locust, headless, users send without waiting)",
+            "",
+            "`python -m bench.load --users N --spawn-rate N --duration 30s --num-beams B`, one server "
+            "per variant (2 workers x 1 thread, batches of up to 16 within 5 ms).",
+            "",
+            load_table(loads),
+        ]
+    if "faults" in results:
+        faults = results["faults"]
+        parts += [
+            "",
+            f"## Operations under load ({faults['date']}, `python -m bench.faults`)",
+            "",
+            f"- {len(faults['swap']['swaps'])} version swaps in {faults['swap']['seconds']} s: "
+            f"{faults['swap']['failed']} of {faults['swap']['requests']} requests failed.",
+            f"- one worker killed: {faults['kill']['failed']} of {faults['kill']['requests']} failed; "
+            f"/ping Healthy after {faults['kill']['healthy_after_s']} s, all workers READY after "
+            f"{faults['kill']['all_ready_after_s']} s.",
+        ]
+    parts += ["", "## Plots", ""] + [f"![{plot.stem}]({plot.name})" for plot in plots]
+    path = out / "README.md"
+    path.write_text("\n".join(parts) + "\n")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    args = parser.parse_args(argv)
+    results = load_results(args.results_dir)
+    if not results:
+        raise SystemExit(f"no results in {args.results_dir}: run `make bench` first")
+    loads = loads_of(results)
+    plots = [p for p in (plot_users(loads, args.results_dir), plot_variants(loads, args.results_dir)) if p]
+    if "latency" in results:
+        plots.insert(0, plot_latency(results["latency"], args.results_dir))
+    path = write_readme(results, plots, args.results_dir)
+    print(f"report: {path} and {len(plots)} plots")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,28 @@
+"""`make bench-quick` end to end on the tiny stand-in: every step runs, the report and plots appear."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import run_all
+
+pytestmark = pytest.mark.e2e
+
+
+def test_quick_bench_writes_results_report_and_plots(
+    tiny_model_dir: Path, tiny_store: Path, tmp_path: Path
+) -> None:
+    args = ["--quick", "--model", str(tiny_model_dir), "--model-store", str(tiny_store)]
+    assert run_all.main([*args, "--results-dir", str(tmp_path)]) == 0
+    names = {path.name for path in tmp_path.iterdir()}
+    assert {"bleu-published.json", "bleu-standin-int8.json", "latency.json", "README.md"} <= names
+    assert {"load-int8-greedy-u4.json", "load-fp32-greedy-u4.json"} <= names
+    assert {"latency_by_rung.png", "fp32_vs_int8.png"} <= names
+    for variant in ("int8", "fp32"):
+        load = json.loads((tmp_path / f"load-{variant}-greedy-u4.json").read_text())
+        assert load["requests"] > 0 and load["failures"] == 0 and load["variant"] == variant
+    report = (tmp_path / "README.md").read_text()
+    assert "offline stand-in" in report and "| 36.12 | 54.81 |" in report
