@@ -58,7 +58,7 @@ def plot_users(loads: list[dict[str, Any]], out: Path) -> Path | None:
     twin.plot(users, [r["p50_ms"] for r in sweep], "s--", color="#c44e52", label="p50 ms")
     twin.set_ylabel("p50 ms")
     axis.set_title("int8, greedy: throughput vs users")
-    figure.legend(loc="upper left")
+    figure.legend(loc="center right", bbox_to_anchor=(0.85, 0.45))
     return _save(figure, out / "throughput_vs_users.png", sweep[0])
 
 
