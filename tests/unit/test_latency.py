@@ -4,17 +4,70 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
+
+import torch
 
 from bench import latency
+from bench.common import Sentence
 from handlers.translator import pad_batch
+
+
+class FakeTranslator:
+    """Records what reaches generate(): the ids of a dynamic call, the tensors of the fixed-128 call."""
+
+    def __init__(self) -> None:
+        self.generate_ids: list[list[list[int]]] = []
+        self.model_inputs: list[torch.Tensor] = []
+        self.tokenizer = self
+        self.model = self
+        self.pad_token_id = 0
+
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        return [[5] * len(text) for text in texts]
+
+    def generate(self, ids: Any = None, options: Any = None, **kwargs: Any) -> Any:
+        if "input_ids" in kwargs:  # model.generate
+            self.model_inputs.append(kwargs["input_ids"])
+            return kwargs["input_ids"][:, :2]
+        self.generate_ids.append(ids)
+        return ["x"] * len(ids)
+
+    def new_token_cap(self, option: Any, input_tokens: int) -> int:
+        return int(option.max_new_tokens or 2 * input_tokens)
+
+    def beams_for(self, option: Any) -> int | None:
+        return option.num_beams  # type: ignore[no-any-return]
+
+    def batch_decode(self, rows: Any, skip_special_tokens: bool) -> list[str]:
+        return ["x"] * len(rows)
 
 
 def test_fixed_padding_pads_every_row_to_128_and_dynamic_never_pads_one_sentence() -> None:
     ids = [[5, 6, 7], [8]]
     fixed, mask = latency.pad_to_fixed(ids, 128, pad_id=0)
     assert fixed.shape == (2, 128) and mask.sum().item() == 4
+    assert fixed[1, 1:].eq(0).all()
     single, single_mask = pad_batch([[5, 6, 7]], pad_id=0)
     assert single.shape == (1, 3) and bool(single_mask.all())
+
+
+def test_rungs_send_fixed_128_or_unpadded_single_sentences() -> None:
+    sentences = [Sentence("abc", "r", 4), Sentence("abcdefg", "r", 9)]
+    fake = FakeTranslator()
+    for sentence in sentences:
+        latency._run_group(fake, latency.LADDER[0], [sentence], beams=1, standin=True)
+        latency._run_group(fake, latency.LADDER[1], [sentence], beams=1, standin=True)
+    assert [tuple(t.shape) for t in fake.model_inputs] == [(1, 128), (1, 128)]
+    assert fake.generate_ids == [[[5] * 3], [[5] * 7]]  # each sentence alone, its own length
+
+
+def test_standin_batches_are_forced_to_their_longest_reference() -> None:
+    sentences = [Sentence("a", "r", 4), Sentence("b", "r", 9)]
+    assert [o.max_new_tokens for o in latency.options_for(sentences, 1, True)] == [4, 9]
+    shared = latency.options_for(sentences, 4, True, shared=True)
+    assert {(o.num_beams, o.min_new_tokens, o.max_new_tokens) for o in shared} == {(4, 9, 9)}
+    assert [o.max_new_tokens for o in latency.options_for(sentences, 1, False)] == [None, None]
 
 
 def test_quick_ladder_on_the_tiny_standin(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -24,7 +77,11 @@ def test_quick_ladder_on_the_tiny_standin(tiny_model_dir: Path, tmp_path: Path) 
     rungs = result["ladders"]["1"]["rungs"]
     assert [row["rung"] for row in rungs] == [1, 2, 3, 4]
     assert all(row["p50_ms"] > 0 and row["sentences_per_s"] > 0 and row["rss_mb"] > 0 for row in rungs)
+    assert all(row["peak_rss_mb"] >= row["rss_mb"] for row in rungs)
     assert result["standin"] is True and result["output_lengths"].startswith("reference lengths")
-    assert {target["target"] for target in result["ladders"]["1"]["targets"]} >= {
-        "int8 dynamic p50 <= 1/3 of fp32 dynamic p50"
+    assert {target["target"] for target in result["ladders"]["1"]["targets"]} == {
+        "int8 dynamic p50 <= 1/3 of fp32 dynamic p50",
+        "rung 3 >= 4x faster than rung 1 (p50)",
+        "int8 RSS <= 60% of fp32 (after load)",
     }
+    assert "| 3. int8, dynamic |" in latency.markdown(result)
