@@ -11,13 +11,14 @@ STAMP := $(VENV)/.installed
 
 STRICT_FLAG := $(if $(filter 1,$(STRICT)),--strict,)
 
-.PHONY: help venv java archives serve stop status test lint bench bench-quick soak swap clean
+.PHONY: help venv java archives serve stop status test lint bench bench-quick layout soak swap clean
 
 help:
 	@echo "make serve   build the archives (MODEL=hub id|dir|synthetic, STRICT=1) and start TorchServe"
 	@echo "make stop    stop TorchServe"
 	@echo "make test    lint, type-check and run the whole test suite"
 	@echo "make bench   quality, latency ladder and load benchmarks, report with plots"
+	@echo "make layout  measure workers x threads x batch x row budget, print the winning model config"
 	@echo "make swap TO=1.0-fp32   zero-downtime switch of the default version"
 
 $(STAMP): pyproject.toml
@@ -57,6 +58,10 @@ bench: archives java
 
 bench-quick: archives java
 	$(BIN)/python -m bench.run_all --quick
+
+# One fresh TorchServe per point (its own archive from MODEL); about 13 minutes on 2 cores.
+layout: $(STAMP) java
+	$(BIN)/python -m bench.layout --model $(MODEL) $(STRICT_FLAG)
 
 soak: $(STAMP) java
 	$(BIN)/python -m pytest -m soak -v
