@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import random
+import struct
 from pathlib import Path
 from typing import Literal
 
@@ -27,14 +28,17 @@ Size = Literal["full", "tiny"]
 VOCAB_SIZE = 65001  # opus-mt-zh-en: 65000 pieces plus <pad>
 PAD_ID = 65000  # also the decoder start token, as in the real model
 EOS_ID = 0
-SPM_PIECES = 8000  # per side; the test set is too small for the real 32k
+SPM_PIECES = 8000  # trained per side; the test set is too small for the real 32k
+# The real opus-mt-zh-en's target.spm has about 32k pieces: the stand-in's target side is padded to
+# that size so the target-side output layer (handlers.vocabulary) does the same work on both.
+TARGET_PIECES = 32000
 
 # Architecture of opus-mt-zh-en; the tiny variant shrinks only the sizes.
 ARCHITECTURE: dict[Size, dict[str, int]] = {
     "full": {"d_model": 512, "layers": 6, "heads": 8, "ffn": 2048},
     "tiny": {"d_model": 32, "layers": 1, "heads": 2, "ffn": 64},
 }
-FORMAT_VERSION = 2  # bump when the stand-in's recipe changes, to invalidate caches
+FORMAT_VERSION = 3  # bump when the stand-in's recipe changes, to invalidate caches
 
 
 def standin_config(size: Size) -> MarianConfig:
@@ -73,6 +77,7 @@ def build_standin(
     blocks = read_blocks(test_file)
     _train_spm([b.source for b in blocks], out_dir / "source.spm", seed)
     _train_spm([line for b in blocks for line in (b.reference, b.published)], out_dir / "target.spm", seed)
+    _pad_spm(out_dir / "target.spm", TARGET_PIECES)
     _write_vocab(out_dir)
     MarianTokenizer(
         source_spm=str(out_dir / "source.spm"),
@@ -112,6 +117,32 @@ def _train_spm(lines: list[str], path: Path, seed: int) -> None:
         minloglevel=2,
     )
     path.write_bytes(model.getvalue())
+
+
+def _pad_spm(path: Path, pieces: int) -> None:
+    """Append never-preferred pieces (`▁standin_<n>`, lowest score) until the model has `pieces`.
+
+    A SentencePiece model is a protobuf whose field 1 repeats one message per piece; appended
+    field-1 records extend that list, so no protobuf library is needed.
+    """
+    processor = spm.SentencePieceProcessor(model_file=str(path))
+    count = processor.get_piece_size()
+    lowest = min(processor.get_score(i) for i in range(count)) - 1.0
+    extra = bytearray()
+    for n in range(pieces - count):
+        text = f"▁standin_{n}".encode()
+        piece = b"\x0a" + _varint(len(text)) + text + b"\x15" + struct.pack("<f", lowest)
+        extra += b"\x0a" + _varint(len(piece)) + piece
+    path.write_bytes(path.read_bytes() + bytes(extra))
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
 
 
 def _write_vocab(out_dir: Path) -> None:

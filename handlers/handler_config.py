@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 Variant = Literal["fp32", "int8"]
+# "fast": our own greedy/beam loops over the target-side output layer (handlers.decoding);
+# "generate": transformers' generate(), kept to compare against.
+Decoder = Literal["fast", "generate"]
 
 # The model's positional limit: opus-mt-zh-en has max_position_embeddings 512.
 MODEL_MAX_TOKENS = 512
@@ -33,6 +36,10 @@ class HandlerConfig:
     threads: int = 1
     warmup: bool = True
     num_beams: int | None = None
+    decoder: Decoder = "fast"
+    # Row budget of one decode unit: texts x beams decoded together. A TorchServe batch is cut into
+    # units of at most this many rows, grouped by input length (bench.layout measures it).
+    max_batch_rows: int = 64
     # Runaway-generation guard: at most ratio * input tokens + slack new tokens,
     # and never more than max_new_tokens.
     max_new_tokens: int = 256
@@ -49,7 +56,10 @@ class HandlerConfig:
     def __post_init__(self) -> None:
         if self.variant not in get_args(Variant):
             raise ConfigError(f"variant must be one of {get_args(Variant)}, got {self.variant!r}")
+        if self.decoder not in get_args(Decoder):
+            raise ConfigError(f"decoder must be one of {get_args(Decoder)}, got {self.decoder!r}")
         _require(self.threads >= 1, "threads must be >= 1")
+        _require(self.max_batch_rows >= 1, "max_batch_rows must be >= 1")
         _require(
             self.num_beams is None or 1 <= self.num_beams <= self.max_beams,
             f"num_beams must be between 1 and max_beams ({self.max_beams})",
@@ -93,6 +103,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "float": (int, float),
     "bool": (bool,),
     "Variant": (str,),
+    "Decoder": (str,),
 }
 
 

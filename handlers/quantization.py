@@ -20,7 +20,7 @@ def quantize_linear_int8(model: nn.Module) -> nn.Module:
         warnings.simplefilter("ignore", category=FutureWarning)
         warnings.simplefilter("ignore", category=UserWarning)
         quantized: nn.Module = torch.ao.quantization.quantize_dynamic(  # type: ignore[no-untyped-call]
-            model, {nn.Linear}, dtype=torch.qint8
+            model, {nn.Linear}, dtype=torch.qint8, inplace=True
         )
         return quantized
 

@@ -20,6 +20,8 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from transformers.utils import logging as transformers_logging
 
+from handlers.batching import plan_units
+from handlers.decoding import Decoder, RowLimits, make_decoder
 from handlers.handler_config import HandlerConfig
 from handlers.quantization import count_quantized_linear, quantize_linear_int8, return_freed_heap
 from handlers.request_parsing import GenerationOptions, InvalidRequest
@@ -63,11 +65,14 @@ def pad_batch(ids: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, 
 
 
 class Translator:
-    def __init__(self, model: Any, tokenizer: Any, config: HandlerConfig, info: ModelInfo) -> None:
+    def __init__(
+        self, model: Any, tokenizer: Any, config: HandlerConfig, info: ModelInfo, decoder: Decoder
+    ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.config = config
         self.info = info
+        self.decoder = decoder
 
     @classmethod
     def load(cls, model_dir: Path, config: HandlerConfig) -> Translator:
@@ -83,7 +88,6 @@ class Translator:
         parameters = sum(p.numel() for p in model.parameters())
         if config.quantize:
             model = quantize_linear_int8(model)
-            return_freed_heap()
         info = ModelInfo(
             source=_model_source(model_dir),
             standin=(model_dir / STANDIN_MARKER).exists(),
@@ -92,7 +96,9 @@ class Translator:
             threads=torch.get_num_threads(),
             load_seconds=0.0,
         )
-        translator = cls(model, tokenizer, config, info)
+        decoder = make_decoder(config.decoder, model, tokenizer)
+        return_freed_heap()  # what building the decoder released (an int8 model's full output layer)
+        translator = cls(model, tokenizer, config, info, decoder)
         if config.warmup:
             translator.translate(["你好。"], GenerationOptions(max_new_tokens=4))
         load_seconds = round(time.perf_counter() - started, 2)
@@ -112,42 +118,47 @@ class Translator:
         return ids
 
     def generate(self, ids: Sequence[Sequence[int]], options: Sequence[GenerationOptions]) -> list[str]:
-        """One generate() call for texts that share a beam count, padded to the longest text.
+        """One decode unit: texts that share a beam count, padded to the longest text.
 
-        Each row keeps its own token bounds: the call runs to the largest cap in
-        the group, as a batch runs until its longest member ends, and every
-        output is then cut to its own row's cap.
+        Each row keeps its own token bounds (the fast decoder decodes it as it would alone; the
+        generate() decoder runs to the unit's largest cap and cuts each row to its own).
         """
         beams = {self.beams_for(option) for option in options}
         if len(beams) != 1:
-            raise ValueError(f"one generate() call needs one beam count, got {sorted(map(str, beams))}")
-        caps = [self.new_token_cap(option, len(row)) for option, row in zip(options, ids, strict=True)]
-        kwargs: dict[str, int] = {"max_new_tokens": max(caps)}
-        if (num_beams := beams.pop()) is not None:
-            kwargs["num_beams"] = num_beams
-        minimums = [option.min_new_tokens for option in options]
-        if all(minimum is not None for minimum in minimums):
-            kwargs["min_new_tokens"] = min(minimum or 0 for minimum in minimums)
+            raise ValueError(f"one decode unit needs one beam count, got {sorted(beams)}")
+        limits = [
+            RowLimits(self.new_token_cap(option, len(row)), option.min_new_tokens or 0)
+            for option, row in zip(options, ids, strict=True)
+        ]
         input_ids, attention_mask = pad_batch(ids, self.tokenizer.pad_token_id)
         with torch.inference_mode():
-            output = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
-        # Position 0 is the decoder start token, so a row's cap covers positions 1..cap; with a forced eos
-        # (opus-mt has one) a row generated alone would end with eos at its cap, so that token is dropped.
-        forced_eos = self.model.generation_config.forced_eos_token_id is not None
-        rows = [sequence[: 1 + cap - forced_eos] for sequence, cap in zip(output, caps, strict=True)]
+            rows = self.decoder.decode(input_ids, attention_mask, limits, beams.pop())
         decoded: list[str] = self.tokenizer.batch_decode(rows, skip_special_tokens=True)
         return decoded
 
-    def translate(self, texts: Sequence[str], options: GenerationOptions) -> list[str]:
-        return self.generate(self.encode(texts), [options] * len(texts))
+    def translate_batch(
+        self, ids: Sequence[Sequence[int]], options: Sequence[GenerationOptions]
+    ) -> list[str]:
+        """Any mix of texts and options: cut into units by beam count, length and the row budget."""
+        beams = [self.beams_for(option) for option in options]
+        units = plan_units([len(row) for row in ids], beams, self.config.max_batch_rows)
+        outputs = [""] * len(ids)
+        for unit in units:
+            texts = self.generate([ids[i] for i in unit], [options[i] for i in unit])
+            for index, text in zip(unit, texts, strict=True):
+                outputs[index] = text
+        return outputs
 
-    def beams_for(self, options: GenerationOptions) -> int | None:
-        """Request, then model-config yaml; None leaves it to the model's generation_config."""
-        return options.num_beams or self.config.num_beams
+    def translate(self, texts: Sequence[str], options: GenerationOptions) -> list[str]:
+        return self.translate_batch(self.encode(texts), [options] * len(texts))
+
+    def beams_for(self, options: GenerationOptions) -> int:
+        """Request, then model-config yaml, then the model's generation_config (beam 4 for opus-mt)."""
+        return options.num_beams or self.config.num_beams or self.model.generation_config.num_beams or 1
 
     def decode_cost(self, ids: Sequence[Sequence[int]], options: GenerationOptions) -> int:
         """Beams x new-token cap summed over a request's texts: the work it may ask for."""
-        beams = self.beams_for(options) or self.model.generation_config.num_beams or 1
+        beams = self.beams_for(options)
         return sum(beams * self.new_token_cap(options, len(row)) for row in ids)
 
     def check_cost(self, ids: Sequence[Sequence[int]], options: GenerationOptions) -> None:

@@ -10,7 +10,6 @@ of the batch is still answered).
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -58,20 +57,16 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         return [self._prepare(item) for item in data]
 
     def inference(self, jobs: list[Job], *args: Any, **kwargs: Any) -> list[Job]:
-        """One generate() per beam count across the batch; each group padded only to its longest text."""
+        """Every text of every valid request, decoded in units cut by beam count, length and row budget."""
         assert self.translator is not None
-        groups: dict[int | None, list[tuple[Job, int]]] = defaultdict(list)
+        rows = [(job, row) for job in jobs if job.error is None for row in range(len(job.token_ids))]
+        outputs = self.translator.translate_batch(
+            [job.token_ids[row] for job, row in rows], [job.options for job, _ in rows]
+        )
         for job in jobs:
-            if job.error is None:
-                job.translations = [""] * len(job.token_ids)
-                beams = self.translator.beams_for(job.options)
-                groups[beams].extend((job, row) for row in range(len(job.token_ids)))
-        for members in groups.values():
-            outputs = self.translator.generate(
-                [job.token_ids[row] for job, row in members], [job.options for job, _ in members]
-            )
-            for (job, row), text in zip(members, outputs, strict=True):
-                job.translations[row] = text
+            job.translations = [""] * len(job.token_ids)
+        for (job, row), text in zip(rows, outputs, strict=True):
+            job.translations[row] = text
         return jobs
 
     def postprocess(self, jobs: list[Job]) -> list[dict[str, Any]]:

@@ -49,3 +49,26 @@ def fuzz_handler(tiny_model_dir: Path) -> TranslationHandler:
     handler = TranslationHandler()
     handler.initialize(make_context(tiny_model_dir, "int8", 1))
     return handler
+
+
+@pytest.fixture(scope="session")
+def lively_model_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny stand-in with larger seeded weights and an eos bias: unlike the near-flat random
+    stand-in, its output depends on the input and ends at varied lengths, so the decoder's
+    choices (tokens, eos, finished beams) are really exercised."""
+    import shutil
+
+    import torch
+    from transformers import AutoModelForSeq2SeqLM
+
+    out = tmp_path_factory.mktemp("lively") / "model"
+    shutil.copytree(tiny_model_dir, out)
+    model = AutoModelForSeq2SeqLM.from_pretrained(tiny_model_dir)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if parameter.dim() == 2 and "embed_positions" not in name:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.15)
+        model.final_logits_bias[0, model.config.eos_token_id] = 2.0
+    model.save_pretrained(out)
+    return out

@@ -35,13 +35,13 @@ def test_pad_batch_pads_only_to_the_longest() -> None:
 
 def record_encoder_inputs(translator: Translator, monkeypatch: pytest.MonkeyPatch) -> list[torch.Tensor]:
     seen: list[torch.Tensor] = []
-    original = translator.model.generate
+    original = translator.decoder.decode
 
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        seen.append(kwargs["input_ids"])
-        return original(*args, **kwargs)
+    def spy(input_ids: torch.Tensor, *args: Any) -> Any:
+        seen.append(input_ids)
+        return original(input_ids, *args)
 
-    monkeypatch.setattr(translator.model, "generate", spy)
+    monkeypatch.setattr(translator.decoder, "decode", spy)
     return seen
 
 

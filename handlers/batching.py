@@ -1,0 +1,27 @@
+"""Cut a TorchServe batch into decode units: rows (texts x beams) within a budget, similar lengths together.
+
+A unit is one padded encoder call and one decode loop. Grouping by beam count lets beams share
+a loop; sorting by input length keeps padding small; the row budget bounds how many rows one
+loop carries (bench.layout measures the best budget for a host).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+
+def plan_units(lengths: Sequence[int], beams: Sequence[int], max_rows: int) -> list[list[int]]:
+    """Indices of the texts in each unit: same beam count, ascending length, at most max_rows rows.
+
+    A text whose beams alone exceed the budget still gets a unit of its own.
+    """
+    by_beams: dict[int, list[int]] = defaultdict(list)
+    for index, count in enumerate(beams):
+        by_beams[count].append(index)
+    units: list[list[int]] = []
+    for count, members in sorted(by_beams.items()):
+        per_unit = max(1, max_rows // count)
+        members.sort(key=lambda index: lengths[index])
+        units += [members[start : start + per_unit] for start in range(0, len(members), per_unit)]
+    return units

@@ -1,0 +1,78 @@
+"""The target-side vocabulary: the only ids the decoder may emit, and an output layer restricted to them.
+
+opus-mt-zh-en has one 65,001-entry vocabulary for both sides, but English output only ever uses
+the pieces of its `target.spm` (about 32k). Scoring just those rows skips half the output layer
+and half of every softmax and top-k over it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
+
+
+def target_token_ids(tokenizer: Any, excluded: Iterable[int] = ()) -> torch.Tensor:
+    """Sorted ids of every target.spm piece found in the joint vocabulary, plus eos and unk.
+
+    Sorted ascending, so that argmax and top-k break exact ties toward the lower id, as they do over
+    the full vocabulary. `excluded` (pad, bad words) never reaches the output.
+    """
+    spm, vocab = tokenizer.spm_target, tokenizer.encoder
+    ids = {tokenizer.eos_token_id, tokenizer.unk_token_id}
+    for index in range(spm.get_piece_size()):
+        if not spm.is_control(index) and not spm.is_unknown(index):
+            piece = spm.id_to_piece(index)
+            if piece in vocab:
+                ids.add(vocab[piece])
+    ids -= set(excluded)
+    return torch.tensor(sorted(ids), dtype=torch.long)
+
+
+class TargetOutputLayer(nn.Module):
+    """lm_head and final_logits_bias cut to the target-side rows; `ids[k]` is the full id of column k.
+
+    An int8 head is sliced from the already-quantized weight (per-tensor scale and zero point
+    kept), so every kept logit is computed exactly as the full head computes it.
+    """
+
+    def __init__(self, lm_head: nn.Module, final_logits_bias: torch.Tensor, ids: torch.Tensor) -> None:
+        super().__init__()
+        self.ids = ids
+        self.bias = final_logits_bias.reshape(-1)[ids].clone()
+        self.head = _slice_rows(lm_head, ids)
+
+    @property
+    def size(self) -> int:
+        return int(self.ids.numel())
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        # Added after the matmul, as MarianMTModel does, so the sums round the same way.
+        logits: torch.Tensor = self.head(hidden) + self.bias
+        return logits
+
+
+def _slice_rows(lm_head: nn.Module, ids: torch.Tensor) -> nn.Module:
+    if isinstance(lm_head, DynamicQuantizedLinear):
+        weight, bias = lm_head._weight_bias()  # type: ignore[no-untyped-call]
+        if weight.qscheme() != torch.per_tensor_affine:
+            raise ValueError(f"expected a per-tensor quantized lm_head, got {weight.qscheme()}")
+        rows = torch._make_per_tensor_quantized_tensor(
+            weight.int_repr()[ids].contiguous(), weight.q_scale(), weight.q_zero_point()
+        )
+        sliced = DynamicQuantizedLinear(  # type: ignore[no-untyped-call]
+            lm_head.in_features, int(ids.numel()), dtype=torch.qint8
+        )
+        sliced.set_weight_bias(rows, None if bias is None else bias[ids])
+        return sliced
+    if isinstance(lm_head, nn.Linear):
+        linear = nn.Linear(lm_head.in_features, int(ids.numel()), bias=lm_head.bias is not None)
+        with torch.no_grad():
+            linear.weight.copy_(lm_head.weight[ids])
+            if lm_head.bias is not None:
+                linear.bias.copy_(lm_head.bias[ids])
+        return linear.eval()
+    raise TypeError(f"cannot restrict an output layer of type {type(lm_head).__name__}")

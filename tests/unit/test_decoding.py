@@ -1,0 +1,124 @@
+"""The fast decoder against generate(): the same token ids, on 500 test sentences, fp32 and int8.
+
+The reference is generate() with every non-target id suppressed (its final_logits_bias set to
+-inf there), which is what restricting the output layer means. Each sentence is decoded alone
+by both, since an int8 batch quantizes its activations with one scale for all its rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from bench.common import sample_sentences
+from handlers.batching import plan_units
+from handlers.decoding import FastDecoder, GenerateDecoder, RowLimits, SearchRules
+from handlers.handler_config import HandlerConfig
+from handlers.translator import Translator, pad_batch
+
+SENTENCES = 500
+
+
+def limits_for(index: int, row: list[int]) -> RowLimits:
+    """Short caps keep the reference fast; every third sentence also has a minimum length."""
+    return RowLimits(min(8, len(row) + 2), 2 if index % 3 == 0 else 0)
+
+
+@dataclasses.dataclass
+class Pair:
+    translator: Translator
+    fast: FastDecoder
+    reference: GenerateDecoder
+    ids: list[list[int]]
+
+    def decode_alone(self, decoder: FastDecoder | GenerateDecoder, beams: int) -> Iterator[list[int]]:
+        for index, row in enumerate(self.ids):
+            input_ids, mask = pad_batch([row], self.translator.tokenizer.pad_token_id)
+            yield decoder.decode(input_ids, mask, [limits_for(index, row)], beams)[0]
+
+
+def make_pair(model_dir: Path, variant: str) -> Pair:
+    translator = Translator.load(model_dir, HandlerConfig(variant=variant, warmup=False))  # type: ignore[arg-type]
+    fast = translator.decoder
+    assert isinstance(fast, FastDecoder)
+    suppressed = torch.ones(translator.model.final_logits_bias.shape[-1], dtype=torch.bool)
+    suppressed[fast.output.ids] = False
+    translator.model.final_logits_bias[0, suppressed] = -torch.inf
+    reference = GenerateDecoder(translator.model, fast.rules)
+    sentences = sample_sentences(translator.tokenizer, SENTENCES)
+    return Pair(translator, fast, reference, translator.encode([s.source for s in sentences]))
+
+
+@pytest.fixture(scope="module", params=["fp32", "int8"])
+def pair(request: pytest.FixtureRequest, lively_model_dir: Path) -> Pair:
+    return make_pair(lively_model_dir, request.param)
+
+
+@pytest.mark.parametrize("beams", [1, 4])
+def test_fast_decoder_gives_the_ids_of_generate(pair: Pair, beams: int) -> None:
+    fast = list(pair.decode_alone(pair.fast, beams))
+    reference = list(pair.decode_alone(pair.reference, beams))
+    differ = [i for i, (a, b) in enumerate(zip(fast, reference, strict=True)) if a != b]
+    lengths = {len(ids) for ids in reference}
+    print(f"{pair.translator.config.variant} beams={beams}: {len(differ)}/{len(fast)} differ")
+    assert len(fast) == SENTENCES and len(lengths) > 3, "the model must end sentences at varied lengths"
+    assert differ == [], f"{len(differ)} of {len(fast)} sentences differ, first {differ[:5]}"
+
+
+@pytest.mark.parametrize(
+    "rules",
+    [
+        {"early_stopping": True},
+        {"early_stopping": "never", "length_penalty": 1.0},
+        {"length_penalty": 0.6},
+        {"length_penalty": -0.5},
+    ],
+)
+def test_beam_search_follows_generate_config(lively_model_dir: Path, rules: dict[str, object]) -> None:
+    pair = make_pair(lively_model_dir, "fp32")
+    pair.ids = pair.ids[:60]
+    for name, value in rules.items():
+        setattr(pair.translator.model.generation_config, name, value)
+    pair.fast = FastDecoder(
+        pair.translator.model, pair.fast.output, SearchRules.of(pair.translator.model.generation_config)
+    )
+    assert list(pair.decode_alone(pair.fast, 4)) == list(pair.decode_alone(pair.reference, 4))
+
+
+def test_fp32_batch_gives_what_each_sentence_gives_alone(lively_model_dir: Path) -> None:
+    pair = make_pair(lively_model_dir, "fp32")
+    ids = pair.ids[:48]
+    limits = [limits_for(i, row) for i, row in enumerate(ids)]
+    for beams in (1, 4):
+        alone = list(pair.decode_alone(pair.fast, beams))[:48]
+        batched: list[list[int]] = []
+        for start in range(0, len(ids), 16):
+            input_ids, mask = pad_batch(ids[start : start + 16], pair.translator.tokenizer.pad_token_id)
+            batched += pair.fast.decode(input_ids, mask, limits[start : start + 16], beams)
+        assert batched == alone
+
+
+def test_output_never_leaves_the_target_vocabulary(lively_model_dir: Path) -> None:
+    pair = make_pair(lively_model_dir, "int8")
+    allowed = set(pair.fast.output.ids.tolist())
+    emitted = {token for ids in pair.decode_alone(pair.fast, 4) for token in ids}
+    assert emitted <= allowed and len(emitted) > 10
+
+
+def test_plan_units_groups_by_beams_and_length_within_the_row_budget() -> None:
+    lengths = [9, 3, 7, 5, 2, 8]
+    beams = [4, 4, 1, 4, 4, 4]
+    units = plan_units(lengths, beams, max_rows=8)
+    assert units == [[2], [4, 1], [3, 5], [0]]
+    assert plan_units([5], [8], max_rows=4) == [[0]]  # over budget alone: a unit of its own
+
+
+def test_generate_decoder_cuts_each_row_to_its_own_cap() -> None:
+    rules = SearchRules(decoder_start=9, eos=0, forced_eos=True, length_penalty=1.0, early_stopping=False)
+    decoder = GenerateDecoder(model=None, rules=rules)
+    assert decoder._cut([5, 6, 7, 8], RowLimits(3)) == [5, 6, 0]
+    assert decoder._cut([5, 0, 9, 9], RowLimits(8)) == [5, 0]
