@@ -1,0 +1,71 @@
+"""Where decode time goes: torch.profiler over one decode unit, top operators by self CPU time.
+
+    python -m bench.profile [--model synthetic] [--variant int8] [--decoder fast|generate]
+                            [--beams 4] [--batch 16] [--top 25]
+
+Writes bench/results/profile-<decoder>-<variant>-beam<B>-batch<N>.txt (machine, date, table).
+On the stand-in, outputs are forced to reference lengths as in every other benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from torch.profiler import ProfilerActivity, profile
+
+from bench.common import RESULTS_DIR, is_standin, load_model_dir, machine, now, sample_sentences
+from handlers.handler_config import HandlerConfig
+from handlers.request_parsing import GenerationOptions
+from handlers.translator import Translator
+
+
+def profile_unit(model_dir: Path, variant: str, decoder: str, beams: int, batch: int, top: int) -> str:
+    config = HandlerConfig(variant=variant, decoder=decoder, threads=1)  # type: ignore[arg-type]
+    translator = Translator.load(model_dir, config)
+    sentences = sample_sentences(translator.tokenizer, batch)
+    forced = is_standin(model_dir)
+    options = [
+        GenerationOptions(beams, s.reference_tokens, s.reference_tokens)
+        if forced
+        else GenerationOptions(beams)
+        for s in sentences
+    ]
+    ids = translator.encode([s.source for s in sentences])
+    translator.generate(ids, options)  # warm-up
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        translator.generate(ids, options)
+    table: str = profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=top)
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", default="synthetic", help="hub id, directory or synthetic")
+    parser.add_argument("--variant", default="int8", choices=["fp32", "int8"])
+    parser.add_argument("--decoder", default="fast", choices=["fast", "generate"])
+    parser.add_argument("--beams", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    args = parser.parse_args(argv)
+    model_dir = Path(args.model) if Path(args.model).is_dir() else load_model_dir(args.model)
+    table = profile_unit(model_dir, args.variant, args.decoder, args.beams, args.batch, args.top)
+    facts = machine()
+    header = (
+        f"# torch.profiler, {args.decoder} decoder, {args.variant}, beam {args.beams}, batch {args.batch}, "
+        f"1 thread\n# {now()}, {facts['cpu']}, torch {facts['torch']}, model {model_dir.name}"
+        f"{' (stand-in, reference lengths)' if is_standin(model_dir) else ''}\n"
+    )
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    path = args.results_dir / f"profile-{args.decoder}-{args.variant}-beam{args.beams}-batch{args.batch}.txt"
+    path.write_text(header + table + "\n")
+    print(header + table)
+    print(f"written to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,31 @@
+"""Smoke runs of the decoding benchmarks on the tiny stand-in: they run, write results, report figures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench import exactness, profile, row_budget
+
+
+def test_exactness_reports_differences_and_batch_invariance(tiny_model_dir: Path, tmp_path: Path) -> None:
+    args = ["--model", str(tiny_model_dir), "--sentences", "6", "--variants", "int8", "--beams", "4"]
+    assert exactness.main([*args, "--results-dir", str(tmp_path)]) == 0
+    run = json.loads((tmp_path / "exactness.json").read_text())["runs"][0]
+    assert run["sentences"] == 6 and run["differ_from_generate"] == len(run["first_difference_at_step"])
+    assert 0 <= run["batch_of_16_changes"] <= 6
+
+
+def test_row_budget_curve_is_written_and_plotted(tiny_model_dir: Path, tmp_path: Path) -> None:
+    args = ["--model", str(tiny_model_dir), "--sentences", "8", "--budgets", "4", "16", "--beams", "4"]
+    assert row_budget.main([*args, "--results-dir", str(tmp_path)]) == 0
+    curve = json.loads((tmp_path / "row_budget.json").read_text())["curves"]["4"]
+    assert [r["max_batch_rows"] for r in curve] == [4, 16] and all(r["sentences_per_s"] > 0 for r in curve)
+    assert (tmp_path / "row_budget.png").stat().st_size > 0
+
+
+def test_profile_keeps_the_top_operators(tiny_model_dir: Path, tmp_path: Path) -> None:
+    args = ["--model", str(tiny_model_dir), "--batch", "2", "--top", "5", "--results-dir", str(tmp_path)]
+    assert profile.main(args) == 0
+    text = (tmp_path / "profile-fast-int8-beam4-batch2.txt").read_text()
+    assert "quantized::linear_dynamic" in text and "Self CPU" in text
