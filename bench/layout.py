@@ -430,6 +430,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR, help="where zh_en_<variant>.yaml is")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument("--quick", action="store_true", help="smoke run: 2 points, 4 users, 4 s")
+    parser.add_argument("--name", help="results file name (default: layout, or layout-quick)")
     return parser.parse_args(argv)
 
 
@@ -444,7 +445,7 @@ def plan_of(args: argparse.Namespace) -> Plan:
         users=args.users or plan.users,
         duration=args.duration or plan.duration,
         sentences=plan.sentences,
-        name=plan.name,
+        name=args.name or plan.name,
     )
 
 

@@ -1,8 +1,9 @@
 """TorchServe handler for Chinese-to-English MarianMT (fp32 or int8, set by the model-config yaml).
 
-Stages: initialize (config, load, quantize, threads, warm-up), preprocess
-(validate and tokenize each request), inference (generate per group of
-requests that share options, padded only to the group's longest), postprocess
+Stages: initialize (config, load, quantize, pick the decoder, threads, warm-up),
+preprocess (validate and tokenize each request), inference (every text of the
+batch in decode units cut by beam count, input length and row budget, each
+padded only to its longest), postprocess
 (exactly one response per request; bad requests get their own 4xx, the rest
 of the batch is still answered).
 """
@@ -37,11 +38,13 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         self.identity = self._identity(context, config)
         info = self.translator.info
         logger.info(
-            "loaded model=%s version=%s variant=%s source=%s standin=%s parameters=%d "
-            "quantized_linear=%d threads=%d load_seconds=%.2f",
+            "loaded model=%s version=%s variant=%s decoder=%s max_batch_rows=%d source=%s standin=%s "
+            "parameters=%d quantized_linear=%d threads=%d load_seconds=%.2f",
             self.identity["model"],
             self.identity["version"],
             config.variant,
+            self.translator.decoder.name,
+            config.max_batch_rows,
             info.source,
             info.standin,
             info.parameters,
