@@ -1,14 +1,19 @@
 """The latency ladder: what each step of the playbook buys, measured in one run on the same sentences.
 
     python -m bench.latency [--model synthetic|hub id|dir] [--sentences 30] [--beams 1 4] [--http]
-                            [--model-store model_store] [--quick] [--results-dir DIR]
+                            [--model-store model_store] [--no-peer] [--quick] [--results-dir DIR]
 
 Rungs (1 intra-op thread each):
   1. fp32, every input padded to a fixed 128 tokens (the naive baseline)
   2. fp32, dynamic shapes (one sentence, never padded)
   3. int8, dynamic shapes
-  4. int8, dynamic shapes, batches of 8 padded to their longest (what server-side batching does)
+  4. int8, dynamic shapes, batches of 16 padded to their longest (what server-side batching does)
   5. with --http: the same sentences one at a time through a real TorchServe serving the int8 archive
+  6. peer: CTranslate2 int8 on the same weights, one sentence at a time
+  7. peer: CTranslate2 int8, batches of 16
+Rungs 6 and 7 are a benchmark to measure against, never a serving option (bench.ctranslate2_peer
+converts the model at bench time, cached under build/ct2/); they need the `bench` extra's
+ctranslate2, are left out with a message where it is missing, and --no-peer leaves them out.
 Each in-process rung runs in its own spawned process, so its memory is its own: RSS after load + gc
 and the process's peak RSS (for int8 the peak includes the fp32 weights loaded before quantizing).
 On the offline stand-in every output is forced to its reference translation's token length (a
@@ -28,7 +33,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -45,11 +50,12 @@ from bench.common import (
     write_result,
 )
 
-Shape = Literal["fixed128", "dynamic", "batch8", "http"]
+Shape = Literal["fixed128", "dynamic", "batch", "http"]
+Engine = Literal["torch", "ctranslate2"]
 FIXED_LENGTH = 128
-BATCH = 8
+BATCH = 16
 WARMUP = 2
-QUICK_SENTENCES = 8  # one full batch for rung 4
+QUICK_SENTENCES = 16  # one full batch for rungs 4 and 7
 INT8_ARCHIVE = "zh_en_int8.mar"
 
 
@@ -59,22 +65,33 @@ class Rung:
     name: str
     variant: Literal["fp32", "int8"]
     shape: Shape
+    engine: Engine = "torch"
 
 
 LADDER = (
     Rung(1, "fp32, padded to 128", "fp32", "fixed128"),
     Rung(2, "fp32, dynamic", "fp32", "dynamic"),
     Rung(3, "int8, dynamic", "int8", "dynamic"),
-    Rung(4, f"int8, dynamic, batches of {BATCH}", "int8", "batch8"),
+    Rung(4, f"int8, dynamic, batches of {BATCH}", "int8", "batch"),
 )
 HTTP_RUNG = Rung(5, "int8, dynamic, through TorchServe", "int8", "http")
+PEER_RUNGS = (
+    Rung(6, "CTranslate2 int8, one sentence (peer)", "int8", "dynamic", "ctranslate2"),
+    Rung(7, f"CTranslate2 int8, batches of {BATCH} (peer)", "int8", "batch", "ctranslate2"),
+)
 
 NOTES = (
     "RSS: after load + gc (before warm-up); run RSS: after the timed run; peak: the process's max RSS.",
     "int8 peak RSS includes the fp32 weights loaded before quantizing.",
-    f"Rung 4 latencies are per batch of {BATCH} (no per-sentence speedup); compare its sentences/s.",
+    f"Rungs 4 and 7 latencies are per batch of {BATCH} (no per-sentence speedup); compare sentences/s.",
     "Rung 5 memory is per TorchServe worker (psutil / /proc on the worker pids, peak = VmHWM); "
     "serving overhead = rung 5 p50 - rung 3 p50.",
+)
+PEER_NOTE = (
+    "Rungs 6-7: CTranslate2 int8 on the same weights (peer, not a serving option): converted at bench "
+    "time, 1 intra-op thread, its defaults (no vocabulary map), lengths forced like ours; the ratios "
+    "are ours / CTranslate2. Their RSS includes the harness every rung imports (Python, torch, "
+    "transformers: harness_rss_mb in latency.json), so it is not CTranslate2's footprint alone."
 )
 
 
@@ -105,37 +122,61 @@ def options_for(sentences: Sequence[Sentence], beams: int, standin: bool, shared
 
 
 def groups_of(rung: Rung, sentences: list[Sentence]) -> list[list[Sentence]]:
-    if rung.shape == "batch8":
+    if rung.shape == "batch":
         return [sentences[i : i + BATCH] for i in range(0, len(sentences), BATCH)]
     return [[sentence] for sentence in sentences]
 
 
-def measure_in_process(rung: Rung, model_dir: Path, sentences: list[Sentence], beams: int) -> dict[str, Any]:
-    """Runs in a fresh process: load, gc, memory, warm up, time every sentence (or batch), memory again."""
-    from handlers.handler_config import HandlerConfig
-    from handlers.translator import Translator
+def measure_in_process(
+    rung: Rung, model_dir: Path, sentences: list[Sentence], beams: int, converted: Path | None = None
+) -> dict[str, Any]:
+    """Runs in a fresh process: load, gc, memory, warm up, time every sentence (or batch), memory again.
 
-    translator = Translator.load(model_dir, HandlerConfig(variant=rung.variant, threads=1, warmup=False))
+    `converted`: the CTranslate2 model directory, for the peer rungs (bench.ctranslate2_peer.convert).
+    """
+    standin = is_standin(model_dir)
+    harness = memory_mb()["rss_mb"]  # Python, torch and transformers, before the engine loads
+    run_group, engine = _load_engine(rung, model_dir, beams, standin, converted)
     gc.collect()
     loaded = memory_mb()
-    standin = is_standin(model_dir)
     groups = groups_of(rung, sentences)
     for group in groups[:WARMUP]:
-        _run_group(translator, rung, group, beams, standin)
+        run_group(group)
     seconds = []
     started = time.perf_counter()
     for group in groups:
         began = time.perf_counter()
-        _run_group(translator, rung, group, beams, standin)
+        run_group(group)
         seconds.append(time.perf_counter() - began)
     total = time.perf_counter() - started
     return {
+        **engine,
         **percentiles(seconds),
         "sentences_per_s": round(len(sentences) / total, 2),
         **loaded,
+        "harness_rss_mb": harness,
         "run_rss_mb": memory_mb()["rss_mb"],
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }
+
+
+def _load_engine(
+    rung: Rung, model_dir: Path, beams: int, standin: bool, converted: Path | None
+) -> tuple[Callable[[list[Sentence]], None], dict[str, str]]:
+    """The rung's engine, loaded: a function that translates one group, and what the row says about it."""
+    if rung.engine == "ctranslate2":
+        from bench import ctranslate2_peer
+
+        if converted is None:
+            raise ValueError(f"rung {rung.number} needs the model converted by ctranslate2_peer.convert")
+        peer = ctranslate2_peer.PeerTranslator(model_dir, converted)
+        label = {"engine": f"CTranslate2 {ctranslate2_peer.version()}", "note": ctranslate2_peer.NOTICE}
+        return (lambda group: _run_peer_group(peer, group, beams, standin)), label
+    from handlers.handler_config import HandlerConfig
+    from handlers.translator import Translator
+
+    translator = Translator.load(model_dir, HandlerConfig(variant=rung.variant, threads=1, warmup=False))
+    return (lambda group: _run_group(translator, rung, group, beams, standin)), {"engine": "torch"}
 
 
 def memory_mb(pid: int | None = None) -> dict[str, int]:
@@ -164,12 +205,20 @@ def peak_mb(pid: int) -> int | None:
 
 
 def _run_group(translator: Any, rung: Rung, group: list[Sentence], beams: int, standin: bool) -> None:
-    options = options_for(group, beams, standin, shared=rung.shape == "batch8")
+    options = options_for(group, beams, standin, shared=rung.shape == "batch")
     ids = translator.encode([s.source for s in group])
     if rung.shape == "fixed128":
         _generate_fixed(translator, ids, options[0])
     else:
         translator.generate(ids, options)
+
+
+def _run_peer_group(peer: Any, group: list[Sentence], beams: int, standin: bool) -> None:
+    """One CTranslate2 call for the group, forced like ours: a batch to its longest reference."""
+    from bench.ctranslate2_peer import decoding_lengths
+
+    lengths = decoding_lengths([s.reference_tokens for s in group], standin)
+    peer.translate([s.source for s in group], beams, lengths)
 
 
 def _generate_fixed(translator: Any, ids: list[list[int]], option: Any) -> None:
@@ -187,10 +236,14 @@ def _generate_fixed(translator: Any, ids: list[list[int]], option: Any) -> None:
     translator.tokenizer.batch_decode(output, skip_special_tokens=True)
 
 
-def _in_subprocess(rung: Rung, model_dir: Path, sentences: list[Sentence], beams: int) -> dict[str, Any]:
+def _in_subprocess(
+    rung: Rung, model_dir: Path, sentences: list[Sentence], beams: int, converted: Path | None
+) -> dict[str, Any]:
     context = multiprocessing.get_context("spawn")
     with context.Pool(1, maxtasksperchild=1) as pool:
-        result: dict[str, Any] = pool.apply(measure_in_process, (rung, model_dir, sentences, beams))
+        result: dict[str, Any] = pool.apply(
+            measure_in_process, (rung, model_dir, sentences, beams, converted)
+        )
     return result
 
 
@@ -271,20 +324,30 @@ def _workers_memory(pids: Sequence[int]) -> dict[str, Any]:
 
 
 def run_ladder(
-    model_dir: Path, sentences: list[Sentence], beams: int, model_store: Path | None
+    model_dir: Path,
+    sentences: list[Sentence],
+    beams: int,
+    model_store: Path | None,
+    converted: Path | None = None,
 ) -> list[dict[str, Any]]:
-    rows = []
-    for rung in [*LADDER, HTTP_RUNG] if model_store else list(LADDER):
-        rows.append(run_rung(rung, model_dir, sentences, beams, model_store))
+    """Every rung in order; `model_store` adds rung 5, `converted` (a CTranslate2 model) rungs 6 and 7."""
+    rungs = [*LADDER, *([HTTP_RUNG] if model_store else []), *(PEER_RUNGS if converted else [])]
+    rows = [run_rung(rung, model_dir, sentences, beams, model_store, converted) for rung in rungs]
     baseline = rows[0]
-    for row in rows:
-        row["speedup_p50"] = round(baseline["p50_ms"] / row["p50_ms"], 2) if row["rung"] != 4 else None
+    for rung, row in zip(rungs, rows, strict=True):
+        per_batch = rung.shape == "batch"
+        row["speedup_p50"] = None if per_batch else round(baseline["p50_ms"] / row["p50_ms"], 2)
         row["speedup_throughput"] = round(row["sentences_per_s"] / baseline["sentences_per_s"], 2)
     return rows
 
 
 def run_rung(
-    rung: Rung, model_dir: Path, sentences: list[Sentence], beams: int, model_store: Path | None
+    rung: Rung,
+    model_dir: Path,
+    sentences: list[Sentence],
+    beams: int,
+    model_store: Path | None,
+    converted: Path | None = None,
 ) -> dict[str, Any]:
     label = f"beams={beams} rung {rung.number} ({rung.name})"
     print(f"[latency] {label}: start, {len(sentences)} sentences", file=sys.stderr, flush=True)
@@ -293,7 +356,7 @@ def run_rung(
         assert model_store is not None
         figures = measure_http(model_store, sentences, beams, is_standin(model_dir))
     else:
-        figures = _in_subprocess(rung, model_dir, sentences, beams)
+        figures = _in_subprocess(rung, model_dir, sentences, beams, converted)
     print(
         f"[latency] {label}: done in {time.perf_counter() - began:.0f}s, p50 {figures['p50_ms']:.1f} ms, "
         f"{figures['sentences_per_s']} sent/s, RSS {figures.get('rss_mb')} MB",
@@ -309,6 +372,18 @@ def http_overhead_ms(rows: list[dict[str, Any]]) -> float | None:
     return round(by[5]["p50_ms"] - by[3]["p50_ms"], 2) if 5 in by else None
 
 
+def peer_ratios(rows: list[dict[str, Any]]) -> dict[str, float] | None:
+    """Ours / CTranslate2: int8 one-sentence p50 (<= 1: ours at least as fast) and batch sentences/s
+    (>= 1: ours at least as fast); None without the peer rungs."""
+    by = {row["rung"]: row for row in rows}
+    if 6 not in by or 7 not in by:
+        return None
+    return {
+        "single_p50": round(by[3]["p50_ms"] / by[6]["p50_ms"], 3),
+        "batch_sentences_per_s": round(by[4]["sentences_per_s"] / by[7]["sentences_per_s"], 3),
+    }
+
+
 def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The issue's targets, computed from one ladder: met or missed, and by how much."""
     by = {row["rung"]: row for row in rows}
@@ -319,6 +394,16 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
     if (overhead := http_overhead_ms(rows)) is not None:
         checks.append(("HTTP serving overhead p50 <= 5 ms", overhead, 5.0, "max"))
+    if (ratios := peer_ratios(rows)) is not None:
+        checks += [
+            ("our int8 single-sentence p50 <= CTranslate2's", ratios["single_p50"], 1.0, "max"),
+            (
+                f"our int8 batch-{BATCH} sentences/s >= CTranslate2's",
+                ratios["batch_sentences_per_s"],
+                1.0,
+                "min",
+            ),
+        ]
     return [
         {
             "target": name,
@@ -347,6 +432,12 @@ def markdown(result: dict[str, Any]) -> str:
         ]
         if ladder.get("http_overhead_p50_ms") is not None:
             lines.append(f"\nServing overhead (rung 5 p50 - rung 3 p50): {ladder['http_overhead_p50_ms']} ms")
+        if (ratios := ladder.get("peer_ratios")) is not None:
+            lines.append(
+                f"\nOurs / {result['peer']['engine']} ({result['peer']['note']}): one-sentence p50 "
+                f"{ratios['single_p50']} (rung 3 / rung 6, <= 1 is ours faster), batch-{BATCH} sentences/s "
+                f"{ratios['batch_sentences_per_s']} (rung 4 / rung 7, >= 1 is ours faster)"
+            )
         lines += ["", "| target | measured | limit | met |", "|---|---|---|---|"]
         lines += [
             f"| {t['target']} | {t['measured']} | {t['limit']} | {'yes' if t['met'] else 'NO'} |"
@@ -380,6 +471,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--http", action="store_true", help="add rung 5 through a real TorchServe")
     parser.add_argument("--model-store", type=Path, default=Path("model_store"))
     parser.add_argument(
+        "--no-peer", action="store_true", help="leave out rungs 6-7 (CTranslate2 int8, a benchmark peer)"
+    )
+    parser.add_argument(
         "--quick", action="store_true", help=f"{QUICK_SENTENCES} sentences, greedy only (smoke run)"
     )
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
@@ -398,12 +492,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     sentences = sample_sentences(AutoTokenizer.from_pretrained(model_dir), args.sentences)
     store = args.model_store if args.http else None
     standin = is_standin(model_dir)
+    peer, converted = prepare_peer(model_dir, args.no_peer)
     load_average = [round(x, 2) for x in os.getloadavg()]
     ladders = {}
     for beams in args.beams:
-        rungs = run_ladder(model_dir, sentences, beams, store)
-        overhead = http_overhead_ms(rungs)
-        ladders[str(beams)] = {"rungs": rungs, "targets": targets(rungs), "http_overhead_p50_ms": overhead}
+        rungs = run_ladder(model_dir, sentences, beams, store, converted)
+        ladders[str(beams)] = {
+            "rungs": rungs,
+            "targets": targets(rungs),
+            "http_overhead_p50_ms": http_overhead_ms(rungs),
+            "peer_ratios": peer_ratios(rungs),
+        }
+    notes = [*(NOTES if args.http else NOTES[:-1]), *([PEER_NOTE] if converted else [])]
     return {
         "model": str(model_dir),
         "standin": standin,
@@ -411,9 +511,46 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "n": len(sentences),
         "threads": 1,
         "load_average_at_start": load_average,
-        "notes": list(NOTES if args.http else NOTES[:-1]),
+        "peer": peer,
+        "notes": notes,
         "ladders": ladders,
     }
+
+
+def prepare_peer(model_dir: Path, no_peer: bool) -> tuple[dict[str, Any], Path | None]:
+    """What the result says about the peer, and its converted model (None: rungs 6-7 left out).
+
+    A missing ctranslate2 leaves the peer out with a message; a failed conversion is an error.
+    """
+    if no_peer:
+        return {"skipped": "--no-peer"}, None
+    from bench import ctranslate2_peer
+
+    try:
+        ctranslate2_peer.require()
+    except ctranslate2_peer.PeerUnavailable as error:
+        print(f"[latency] rungs 6-7 (CTranslate2 peer) left out: {error}", file=sys.stderr, flush=True)
+        return {"skipped": str(error)}, None
+    began = time.perf_counter()
+    converted = ctranslate2_peer.cached(model_dir)
+    if converted is None:
+        # In a spawned process: converting loads the fp32 model, and a child's peak RSS (ru_maxrss)
+        # starts from this process's RSS at the fork, so converting here would raise every rung's peak.
+        with multiprocessing.get_context("spawn").Pool(1, maxtasksperchild=1) as pool:
+            converted = pool.apply(ctranslate2_peer.convert, (model_dir,))
+    print(
+        f"[latency] CTranslate2 {ctranslate2_peer.version()} int8 model ready in "
+        f"{time.perf_counter() - began:.0f}s: {converted}",
+        file=sys.stderr,
+        flush=True,
+    )
+    peer = {
+        "engine": f"CTranslate2 {ctranslate2_peer.version()}",
+        "quantization": ctranslate2_peer.QUANTIZATION,
+        "note": ctranslate2_peer.NOTICE,
+        "converted": str(converted),
+    }
+    return peer, converted
 
 
 def main(argv: list[str] | None = None) -> int:
