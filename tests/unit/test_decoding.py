@@ -45,10 +45,13 @@ def make_pair(model_dir: Path, variant: str) -> Pair:
     translator = Translator.load(model_dir, HandlerConfig(variant=variant, warmup=False))  # type: ignore[arg-type]
     fast = translator.decoder
     assert isinstance(fast, FastDecoder)
-    suppressed = torch.ones(translator.model.final_logits_bias.shape[-1], dtype=torch.bool)
+    # An int8 fast load releases the full output layer generate() needs: the reference loads its own.
+    config = HandlerConfig(variant=variant, decoder="generate", warmup=False)  # type: ignore[arg-type]
+    model = Translator.load(model_dir, config).model
+    suppressed = torch.ones(model.final_logits_bias.shape[-1], dtype=torch.bool)
     suppressed[fast.output.ids] = False
-    translator.model.final_logits_bias[0, suppressed] = -torch.inf
-    reference = GenerateDecoder(translator.model, fast.rules)
+    model.final_logits_bias[0, suppressed] = -torch.inf
+    reference = GenerateDecoder(model, fast.rules)
     sentences = sample_sentences(translator.tokenizer, SENTENCES)
     return Pair(translator, fast, reference, translator.encode([s.source for s in sentences]))
 
@@ -83,6 +86,7 @@ def test_beam_search_follows_generate_config(lively_model_dir: Path, rules: dict
     pair.ids = pair.ids[:60]
     for name, value in rules.items():
         setattr(pair.translator.model.generation_config, name, value)
+        setattr(pair.reference.model.generation_config, name, value)
     pair.fast = FastDecoder(
         pair.translator.model, pair.fast.output, SearchRules.of(pair.translator.model.generation_config)
     )
