@@ -136,7 +136,7 @@ def _probe(spec: LoadSpec) -> dict[str, Any]:
     if response.status_code != 200:
         raise SystemExit(f"probe request failed: {response.status_code} {response.text[:300]}")
     body = response.json()
-    return {key: body.get(key) for key in ("model", "version", "variant", "standin")}
+    return {key: body.get(key) for key in ("model", "version", "variant", "decoder", "standin")}
 
 
 def _write_sentences(path: Path, count: int, model_dir: Path | None) -> None:

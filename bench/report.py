@@ -30,17 +30,22 @@ def load_results(results_dir: Path) -> dict[str, dict[str, Any]]:
 
 def loads_of(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     rows = [{"label": name, **result} for name, result in results.items() if name.startswith("load-")]
-    return sorted(rows, key=lambda r: (r["variant"] or "", r["num_beams"] or 0, r["users"]))
+    return sorted(
+        rows, key=lambda r: (r["variant"] or "", r.get("decoder") or "", r["num_beams"] or 0, r["users"])
+    )
 
 
 def plot_latency(latency: dict[str, Any], out: Path) -> Path:
     ladders = latency["ladders"]
     figure, axes = plt.subplots(1, len(ladders), figsize=(6 * len(ladders), 4), squeeze=False)
     for axis, (beams, ladder) in zip(axes[0], ladders.items(), strict=True):
-        rungs = [row for row in ladder["rungs"] if row["rung"] != 4]  # rung 4 is per batch, not per sentence
-        axis.bar([f"{r['rung']}" for r in rungs], [r["p50_ms"] for r in rungs], color="#4c72b0")
+        rungs = [row for row in ladder["rungs"] if row["speedup_p50"] is not None]  # batch rungs: per batch
+        colors = ["#c44e52" if "CTranslate2" in r.get("engine", "") else "#4c72b0" for r in rungs]
+        axis.bar([f"{r['rung']}" for r in rungs], [r["p50_ms"] for r in rungs], color=colors)
         axis.set_title(f"{'greedy' if beams == '1' else f'beam {beams}'}: p50 per sentence")
-        axis.set_xlabel("rung (1 fp32 pad-128, 2 fp32 dynamic, 3 int8 dynamic, 5 int8 via HTTP)")
+        axis.set_xlabel(
+            "rung (1 fp32 pad-128, 2 fp32, 3 int8, 5 int8 HTTP, 6 CTranslate2, 8 int8 generate())"
+        )
         axis.set_ylabel("ms")
     return _save(figure, out / "latency_by_rung.png", latency)
 
@@ -68,10 +73,11 @@ def plot_variants(loads: list[dict[str, Any]], out: Path) -> Path | None:
     if not rows:
         return None
     figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    names = [
-        f"{r['variant']}\n{'greedy' if r['num_beams'] == 1 else 'beam ' + str(r['num_beams'])}" for r in rows
+    names = [f"{r['variant']} {r.get('decoder') or ''}\n{decode_name(r['num_beams'])}" for r in rows]
+    colors = [
+        "#c44e52" if r.get("decoder") == "generate" else "#55a868" if r["variant"] == "int8" else "#8172b2"
+        for r in rows
     ]
-    colors = ["#55a868" if r["variant"] == "int8" else "#8172b2" for r in rows]
     left.bar(names, [r["rps"] for r in rows], color=colors)
     left.set_title(f"requests/s at {top} users")
     right.bar(names, [r["p50_ms"] for r in rows], color=colors)
@@ -90,16 +96,40 @@ def _save(figure: Any, path: Path, result: dict[str, Any]) -> Path:
 
 def load_table(loads: list[dict[str, Any]]) -> str:
     lines = [
-        "| variant | decoding | users | requests | failed | req/s | p50 ms | p95 ms | p99 ms | date |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| variant | decoder | decoding | users | requests | failed | req/s | p50 ms | p95 ms | p99 ms "
+        "| date |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in loads:
-        decoding = "greedy" if r["num_beams"] == 1 else f"beam {r['num_beams']}"
         lines.append(
-            f"| {r['variant']} | {decoding} | {r['users']} | {r['requests']} | {r['failures']} | {r['rps']} "
-            f"| {r['p50_ms']:.0f} | {r['p95_ms']:.0f} | {r['p99_ms']:.0f} | {r['date']} |"
+            f"| {r['variant']} | {r.get('decoder') or '-'} | {decode_name(r['num_beams'])} | {r['users']} "
+            f"| {r['requests']} | {r['failures']} | {r['rps']} | {r['p50_ms']:.0f} | {r['p95_ms']:.0f} "
+            f"| {r['p99_ms']:.0f} | {r['date']} |"
         )
     return "\n".join(lines)
+
+
+def decode_name(beams: int | None) -> str:
+    return "model default" if beams is None else "greedy" if beams == 1 else f"beam {beams}"
+
+
+def decoder_comparison(loads: list[dict[str, Any]]) -> list[str]:
+    """int8 fast against int8 generate() at the same users and decode: req/s ratio and p95/p50."""
+    lines = []
+    for fast in (r for r in loads if r["variant"] == "int8" and r.get("decoder") == "fast"):
+        same = (r for r in loads if r["variant"] == "int8" and r.get("decoder") == "generate")
+        other = next(
+            (r for r in same if (r["num_beams"], r["users"]) == (fast["num_beams"], fast["users"])), None
+        )
+        if other is None or not other["rps"]:
+            continue
+        lines.append(
+            f"- {decode_name(fast['num_beams'])}, {fast['users']} users: fast {fast['rps']} req/s against "
+            f"generate() {other['rps']}: **{fast['rps'] / other['rps']:.2f}x**; p95/p50 "
+            f"{fast['p95_ms'] / fast['p50_ms']:.2f} (generate() {other['p95_ms'] / other['p50_ms']:.2f}); "
+            f"failed {fast['failures']} / {other['failures']}"
+        )
+    return lines
 
 
 def bleu_table(results: dict[str, dict[str, Any]]) -> str:
@@ -140,7 +170,7 @@ def write_readme(results: dict[str, dict[str, Any]], plots: list[Path], out: Pat
             f"## Latency ladder ({latency['date']})",
             "",
             "`python -m bench.latency --sentences 32 --beams 1 4 --http`; output lengths: "
-            f"{latency['output_lengths']}. Rung 4 latencies are per batch of 8.",
+            f"{latency['output_lengths']}.",
             latency_markdown(latency),
         ]
     loads = loads_of(results)
@@ -154,6 +184,43 @@ def write_readme(results: dict[str, dict[str, Any]], plots: list[Path], out: Pat
             "",
             load_table(loads),
         ]
+        if comparison := decoder_comparison(loads):
+            parts += [
+                "",
+                "Fast decoder against `decoder: generate` (int8, same run, same load):",
+                "",
+                *comparison,
+            ]
+    if "row_budget" in results:
+        curves = results["row_budget"]["curves"]
+        parts += [
+            "",
+            f"## Row budget ({results['row_budget']['date']}, `python -m bench.row_budget`)",
+            "",
+            f"One batch of {results['row_budget']['sentences']} sentences through `translate_batch`, int8, "
+            "1 thread; sentences/s by `max_batch_rows`:",
+            "",
+            *(
+                f"- {decode_name(int(beams))}: "
+                + ", ".join(f"{r['max_batch_rows']} rows {r['sentences_per_s']}" for r in rows)
+                for beams, rows in curves.items()
+            ),
+        ]
+    if "exactness" in results:
+        exact = results["exactness"]
+        parts += [
+            "",
+            f"## Fast decoder against generate() ({exact['date']}, `python -m bench.exactness`)",
+            "",
+        ]
+        parts += [
+            f"- {run['variant']} {decode_name(run['beams'])}: "
+            f"{run['differ_from_generate']} of {run['sentences']} sentences differ from generate(); "
+            f"a batch of 16 changes {run['batch_of_16_changes']} ({run['batch_of_16_changes_share']:.1%})"
+            for run in exact["runs"]
+        ]
+    if "layout" in results:
+        parts += ["", f"## Worker layout ({results['layout']['date']}): [layout.md](layout.md)"]
     if "faults" in results:
         faults = results["faults"]
         parts += [
@@ -181,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"no results in {args.results_dir}: run `make bench` first")
     loads = loads_of(results)
     plots = [p for p in (plot_users(loads, args.results_dir), plot_variants(loads, args.results_dir)) if p]
+    plots += [
+        path for name in ("row_budget", "layout") if (path := args.results_dir / f"{name}.png").exists()
+    ]
     if "latency" in results:
         plots.insert(0, plot_latency(results["latency"], args.results_dir))
     path = write_readme(results, plots, args.results_dir)

@@ -1,4 +1,8 @@
-"""`make bench`: quality, the latency ladder, Locust load for fp32 and int8, then the report.
+"""`make bench`: quality, the latency ladder, the row budget curve, Locust load, then the report.
+
+Locust runs against one server per configuration: int8 and fp32 with the default fast decoder, and
+int8 with `decoder: generate` (an archive built for the comparison only, in a temporary store), so
+the decoders are compared under the same load in the same run.
 
     python -m bench.run_all            # full-size archives in model_store/ (minutes)
     python -m bench.run_all --quick    # smoke run: a few sentences, short loads
@@ -15,7 +19,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import bleu, latency, report
+import yaml
+
+from archive.build import CONFIG_DIR, MODEL_NAME, ArchiveSpec, build_archive, model_digest
+from bench import bleu, latency, report, row_budget
 from bench.common import RESULTS_DIR, load_model_dir
 from bench.load import LoadSpec, run_load
 from serving.server import TorchServe
@@ -25,9 +32,10 @@ from serving.server import TorchServe
 class Plan:
     bleu_limit: int
     latency_args: list[str]
-    # (variant, num_beams, users) per Locust run, all against one server per variant
+    # (server, num_beams, users) per Locust run; servers: int8, fp32, int8-generate
     loads: list[tuple[str, int, int]]
     duration: str
+    row_budget_args: list[str]
 
 
 FULL = Plan(
@@ -40,10 +48,21 @@ FULL = Plan(
         ("int8", 4, 100),
         ("fp32", 1, 100),
         ("fp32", 4, 100),
+        ("int8-generate", 1, 100),
+        ("int8-generate", 4, 100),
     ],
     duration="30s",
+    row_budget_args=[],
 )
-QUICK = Plan(bleu_limit=16, latency_args=["--quick"], loads=[("int8", 1, 4), ("fp32", 1, 4)], duration="4s")
+QUICK = Plan(
+    bleu_limit=16,
+    latency_args=["--quick"],
+    loads=[("int8", 1, 4), ("fp32", 1, 4), ("int8-generate", 1, 4)],
+    duration="4s",
+    row_budget_args=["--sentences", "8", "--budgets", "4", "32", "--beams", "4"],
+)
+SERVERS = ("int8", "fp32", "int8-generate")
+STEPS = 5
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,32 +90,48 @@ def main(argv: list[str] | None = None) -> int:
     latency.main(
         ["--model", str(model_dir), "--model-store", store, *plan.latency_args, "--results-dir", str(results)]
     )
-    _step(3, "load (Locust)")
-    for variant in ("int8", "fp32"):
-        runs = [(beams, users) for v, beams, users in plan.loads if v == variant]
-        with (
-            tempfile.TemporaryDirectory(prefix="zh_en_bench_") as workdir,
-            TorchServe(args.model_store, Path(workdir), models=[f"zh_en_{variant}.mar"]) as server,
-        ):
-            for beams, users in runs:
-                spec = LoadSpec(
-                    server.client.endpoints.inference,
-                    users=users,
-                    spawn_rate=users,
-                    duration=plan.duration,
-                    num_beams=beams,
-                    key_file=server.key_file,
-                    label=f"load-{variant}-{'greedy' if beams == 1 else f'beam{beams}'}-u{users}",
-                )
-                run_load(spec, results, model_dir)
-    _step(4, "report")
+    _step(3, "row budget curve (in process)")
+    row_budget.main(["--model", str(model_dir), *plan.row_budget_args, "--results-dir", str(results)])
+    _step(4, "load (Locust)")
+    for name in SERVERS:
+        runs = [(beams, users) for server_name, beams, users in plan.loads if server_name == name]
+        with tempfile.TemporaryDirectory(prefix="zh_en_bench_") as workdir:
+            serve_store, archive = _server_archive(name, args.model_store, model_dir, Path(workdir))
+            with TorchServe(serve_store, Path(workdir) / "server", models=[archive]) as server:
+                for beams, users in runs:
+                    spec = LoadSpec(
+                        server.client.endpoints.inference,
+                        users=users,
+                        spawn_rate=users,
+                        duration=plan.duration,
+                        num_beams=beams,
+                        key_file=server.key_file,
+                        label=f"load-{name}-{'greedy' if beams == 1 else f'beam{beams}'}-u{users}",
+                    )
+                    run_load(spec, results, model_dir)
+    _step(5, "report")
     report.main(["--results-dir", str(results)])
     print(f"bench finished in {time.monotonic() - started:.0f}s", file=sys.stderr)
     return 0
 
 
+def _server_archive(name: str, model_store: Path, model_dir: Path, workdir: Path) -> tuple[Path, str]:
+    """The store and archive a load server runs: a built one, or int8 rebuilt with `decoder: generate`."""
+    if name != "int8-generate":
+        return model_store, f"{MODEL_NAME}_{name}.mar"
+    config = yaml.safe_load((CONFIG_DIR / f"{MODEL_NAME}_int8.yaml").read_text())
+    config["handler"]["decoder"] = "generate"
+    config_dir, store = workdir / "config", workdir / "store"
+    config_dir.mkdir()
+    (config_dir / f"{MODEL_NAME}_int8.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    spec = ArchiveSpec("int8", model_dir, store, config_dir)
+    print(f"building {spec.mar_path.name} with decoder: generate (comparison only)", file=sys.stderr)
+    build_archive(spec, model_digest(model_dir))
+    return store, spec.mar_path.name
+
+
 def _step(number: int, name: str) -> None:
-    print(f"\n== [{number}/4] {name}", file=sys.stderr, flush=True)
+    print(f"\n== [{number}/{STEPS}] {name}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

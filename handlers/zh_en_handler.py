@@ -103,6 +103,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
             "model": model.get("modelName", context.model_name),
             "version": model.get("modelVersion"),
             "variant": config.variant,
+            "decoder": self.translator.decoder.name,
             "standin": self.translator.info.standin,
         }
         if self.translator.info.standin:

@@ -19,10 +19,19 @@ def test_quick_bench_writes_results_report_and_plots(
     assert run_all.main([*args, "--results-dir", str(tmp_path)]) == 0
     names = {path.name for path in tmp_path.iterdir()}
     assert {"bleu-published.json", "bleu-standin-int8.json", "latency.json", "README.md"} <= names
-    assert {"load-int8-greedy-u4.json", "load-fp32-greedy-u4.json"} <= names
-    assert {"latency_by_rung.png", "fp32_vs_int8.png"} <= names
-    for variant in ("int8", "fp32"):
-        load = json.loads((tmp_path / f"load-{variant}-greedy-u4.json").read_text())
-        assert load["requests"] > 0 and load["failures"] == 0 and load["variant"] == variant
+    assert {
+        "load-int8-greedy-u4.json",
+        "load-fp32-greedy-u4.json",
+        "load-int8-generate-greedy-u4.json",
+    } <= names
+    assert {"latency_by_rung.png", "fp32_vs_int8.png", "row_budget.json", "row_budget.png"} <= names
+    for server, variant, decoder in (
+        ("int8", "int8", "fast"),
+        ("fp32", "fp32", "fast"),
+        ("int8-generate", "int8", "generate"),
+    ):
+        load = json.loads((tmp_path / f"load-{server}-greedy-u4.json").read_text())
+        assert load["requests"] > 0 and load["failures"] == 0
+        assert (load["variant"], load["decoder"]) == (variant, decoder)
     report = (tmp_path / "README.md").read_text()
     assert "offline stand-in" in report and "| 36.12 | 54.81 |" in report

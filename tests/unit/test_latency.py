@@ -9,10 +9,12 @@ from typing import Any
 
 import pytest
 import torch
+from transformers import AutoTokenizer
 
 from bench import ctranslate2_peer, latency
 from bench.common import Sentence
 from handlers.translator import pad_batch
+from handlers.vocabulary import target_token_ids
 
 
 class FakeTranslator:
@@ -79,16 +81,28 @@ def test_quick_ladder_on_the_tiny_standin(tiny_model_dir: Path, tmp_path: Path) 
     ladder = result["ladders"]["1"]
     rungs = ladder["rungs"]
     assert result["n"] == latency.QUICK_SENTENCES == latency.BATCH == 16  # one full batch
-    assert [row["rung"] for row in rungs] == [1, 2, 3, 4, 6, 7]
+    assert [row["rung"] for row in rungs] == [1, 2, 3, 4, 6, 7, 8, 9]
     assert all(row["p50_ms"] > 0 and row["sentences_per_s"] > 0 and row["rss_mb"] > 0 for row in rungs)
     assert all(row["peak_rss_mb"] >= row["rss_mb"] >= row["harness_rss_mb"] > 0 for row in rungs)
     assert result["standin"] is True and result["output_lengths"].startswith("reference lengths")
     version = ctranslate2_peer.version()
     assert result["peer"]["engine"] == f"CTranslate2 {version}"
     assert result["peer"]["note"] == "peer, not a serving option"
-    assert [row["engine"] for row in rungs] == ["torch"] * 4 + [f"CTranslate2 {version}"] * 2
-    assert [row.get("note") for row in rungs[4:]] == ["peer, not a serving option"] * 2
-    assert [row["speedup_p50"] is None for row in rungs] == [False, False, False, True, False, True]
+    assert [row["engine"] for row in rungs] == ["torch"] * 4 + [f"CTranslate2 {version}"] * 2 + ["torch"] * 2
+    assert [row.get("decoder") for row in rungs] == ["fast"] * 4 + [None] * 2 + ["generate"] * 2
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    assert rungs[2]["target_vocabulary"] == str(len(target_token_ids(tokenizer, [tokenizer.pad_token_id])))
+    assert [row.get("note") for row in rungs[4:6]] == ["peer, not a serving option"] * 2
+    assert [row["speedup_p50"] is None for row in rungs] == [
+        False,
+        False,
+        False,
+        True,
+        False,
+        True,
+        False,
+        True,
+    ]
     ratios = ladder["peer_ratios"]
     assert ratios["single_p50"] == pytest.approx(rungs[2]["p50_ms"] / rungs[4]["p50_ms"], rel=1e-2)
     assert ratios["batch_sentences_per_s"] == pytest.approx(
@@ -97,10 +111,12 @@ def test_quick_ladder_on_the_tiny_standin(tiny_model_dir: Path, tmp_path: Path) 
     assert {target["target"] for target in ladder["targets"]} == {
         "int8 dynamic p50 <= 1/3 of fp32 dynamic p50",
         "rung 3 >= 4x faster than rung 1 (p50)",
-        "int8 RSS <= 60% of fp32 (after load)",
+        "fast decoder one sentence >= 1.3x faster than generate() (p50)",
+        "int8 private <= 60% of fp32 private + file-backed (after the run)",
         "our int8 single-sentence p50 <= CTranslate2's",
         "our int8 batch-16 sentences/s >= CTranslate2's",
     }
     table = latency.markdown(result)
     assert "| 3. int8, dynamic |" in table and "| 7. CTranslate2 int8, batches of 16 (peer) |" in table
     assert f"Ours / CTranslate2 {version} (peer, not a serving option)" in table
+    assert "Fast decoder vs generate()" in table
