@@ -307,17 +307,7 @@ def ready_worker_pids(server: Any) -> list[int]:
     version = server.client.default_version()
     wanted = int(server.client.describe(version=version)[0].get("minWorkers", 1))
     server.client.wait_ready(version, wanted)
-    return [pid for pid in server.worker_pids() if _is_backend_worker(pid)]
-
-
-def _is_backend_worker(pid: int) -> bool:
-    """A live TorchServe Python worker; the frontend's other children (and zombies) are left out."""
-    try:
-        process = psutil.Process(pid)
-        cmdline = " ".join(process.cmdline())
-        return process.status() != psutil.STATUS_ZOMBIE and "model_service_worker" in cmdline
-    except psutil.Error:
-        return False
+    return list(server.worker_pids())
 
 
 def _post(server: Any, body: bytes) -> None:

@@ -27,6 +27,17 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PRODUCTION_CONFIG = REPO_ROOT / "config" / "config.properties"
 
 
+def is_backend_worker(pid: int) -> bool:
+    """A live TorchServe Python worker process (not a zombie, not another child of the frontend)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
+    state = stat.rsplit(")", 1)[1].split()[0]
+    return state != "Z" and "model_service_worker" in cmdline
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -171,12 +182,15 @@ class TorchServe:
         return int(pid_file.read_text().strip()) if pid_file.exists() else None
 
     def worker_pids(self) -> list[int]:
-        """PIDs of this server's Python backend workers (children of the Java frontend)."""
+        """PIDs of this server's live Python backend workers (children of the Java frontend).
+
+        Other children (a worker being replaced that has not been reaped yet, a zombie) are left out.
+        """
         java = self.java_pid()
         if java is None:
             return []
         out = subprocess.run(["pgrep", "-P", str(java)], capture_output=True, text=True).stdout
-        return [int(pid) for pid in out.split()]
+        return [int(pid) for pid in out.split() if is_backend_worker(int(pid))]
 
     def stop(self, timeout: float = 60.0) -> None:
         java, workers = self.java_pid(), self.worker_pids()
