@@ -72,8 +72,8 @@ def plot_variants(loads: list[dict[str, Any]], out: Path) -> Path | None:
     rows = [r for r in loads if r["users"] == top]
     if not rows:
         return None
-    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    names = [f"{r['variant']} {r.get('decoder') or ''}\n{decode_name(r['num_beams'])}" for r in rows]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    names = [f"{r['variant']}\n{r.get('decoder') or ''}\n{decode_name(r['num_beams'])}" for r in rows]
     colors = [
         "#c44e52" if r.get("decoder") == "generate" else "#55a868" if r["variant"] == "int8" else "#8172b2"
         for r in rows
