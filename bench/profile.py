@@ -15,8 +15,8 @@ from pathlib import Path
 from torch.profiler import ProfilerActivity, profile
 
 from bench.common import RESULTS_DIR, is_standin, load_model_dir, machine, now, sample_sentences
+from bench.latency import options_for
 from handlers.handler_config import HandlerConfig
-from handlers.request_parsing import GenerationOptions
 from handlers.translator import Translator
 
 
@@ -24,13 +24,7 @@ def profile_unit(model_dir: Path, variant: str, decoder: str, beams: int, batch:
     config = HandlerConfig(variant=variant, decoder=decoder, threads=1)  # type: ignore[arg-type]
     translator = Translator.load(model_dir, config)
     sentences = sample_sentences(translator.tokenizer, batch)
-    forced = is_standin(model_dir)
-    options = [
-        GenerationOptions(beams, s.reference_tokens, s.reference_tokens)
-        if forced
-        else GenerationOptions(beams)
-        for s in sentences
-    ]
+    options = options_for(sentences, beams, is_standin(model_dir))  # stand-in: each its reference length
     ids = translator.encode([s.source for s in sentences])
     translator.generate(ids, options)  # warm-up
     with profile(activities=[ProfilerActivity.CPU]) as profiler:

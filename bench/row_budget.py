@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import RESULTS_DIR, is_standin, load_model_dir, machine, now, sample_sentences, write_result
+from bench.latency import options_for
 from handlers.handler_config import HandlerConfig
 from handlers.request_parsing import GenerationOptions
 from handlers.translator import Translator
@@ -28,13 +29,7 @@ def measure(model_dir: Path, sentences: int, budgets: list[int], beams: int) -> 
     translator = Translator.load(model_dir, HandlerConfig(variant="int8", threads=1))
     sample = sample_sentences(translator.tokenizer, sentences)
     ids = translator.encode([s.source for s in sample])
-    forced = is_standin(model_dir)
-    options = [
-        GenerationOptions(beams, s.reference_tokens, s.reference_tokens)
-        if forced
-        else GenerationOptions(beams)
-        for s in sample
-    ]
+    options = options_for(sample, beams, is_standin(model_dir))  # stand-in: each its reference length
     rows = []
     for budget in budgets:
         translator.config = HandlerConfig(variant="int8", threads=1, max_batch_rows=budget)

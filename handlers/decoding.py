@@ -255,6 +255,7 @@ class _BeamSearch:
         self.finished_scores = torch.full((count, beams), NEG)
         self.is_finished = torch.zeros((count, beams), dtype=torch.bool)
         self.improvable = torch.ones(count, dtype=torch.bool)
+        self.all_hit = torch.zeros(count, dtype=torch.bool)  # every candidate of the step ended
         self.top_beams = torch.arange(2 * beams) < beams
         self.results: list[list[int]] = [[] for _ in range(count)]
 
@@ -274,7 +275,7 @@ class _BeamSearch:
             log_probs = log_probs.view(len(self.alive), rows_per_sentence, -1)
             origins = self._advance(log_probs.expand(-1, self.beams, -1), generated)
             generated += 1
-            keep = self._finish_sentences(generated)
+            keep = self._finish_sentences()
             rows = (keep[:, None] * rows_per_sentence + origins[keep] * (rows_per_sentence > 1)).flatten()
             cache[:] = [(k.index_select(0, rows), v.index_select(0, rows)) for k, v in cache]
             tokens = self.running[:, :, -1].flatten()
@@ -325,7 +326,7 @@ class _BeamSearch:
         )
         self.improvable &= torch.any(best_possible > worst_finished, dim=-1)
 
-    def _finish_sentences(self, generated: int) -> torch.Tensor:
+    def _finish_sentences(self) -> torch.Tensor:
         """Store the best hypothesis of every sentence that is done; return the rows that go on."""
         done = ~self.improvable | self.all_hit
         if self.rules.early_stopping is True:
