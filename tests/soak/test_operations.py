@@ -86,13 +86,21 @@ def test_a_request_over_the_response_timeout_does_not_wedge_the_worker(
 ) -> None:
     config_dir = tmp_path / "config"
     config_dir.mkdir()
-    yaml = (CONFIG_DIR / "zh_en_int8.yaml").read_text().replace("responseTimeout: 60", "responseTimeout: 2")
+    # The fast decoder does HEAVY on the tiny model in under 2 s: this request is 4x that (about 7 s).
+    yaml = (
+        (CONFIG_DIR / "zh_en_int8.yaml")
+        .read_text()
+        .replace("responseTimeout: 60", "responseTimeout: 2")
+        .replace("max_decode_tokens_per_request: 8192", "max_decode_tokens_per_request: 32768")
+    )
+    assert "32768" in yaml
     (config_dir / "zh_en_int8.yaml").write_text(yaml)
     store = tmp_path / "store"
     build_archive(ArchiveSpec("int8", tiny_model_dir, store, config_dir), model_digest(tiny_model_dir))
     with TorchServe(store, tmp_path / "torchserve") as server:
         started = time.monotonic()
-        slow = server.client.post_raw(json.dumps(HEAVY).encode(), "application/json")
+        slower = {**HEAVY, "text": ["你好"] * 16}
+        slow = server.client.post_raw(json.dumps(slower).encode(), "application/json")
         assert slow.status_code >= 500 and time.monotonic() - started < 30, slow.text
         deadline = time.monotonic() + 120
         while server.client.ready_workers("1.0-int8") < 2 and time.monotonic() < deadline:
