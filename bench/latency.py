@@ -33,7 +33,6 @@ import json
 import multiprocessing
 import os
 import resource
-import statistics
 import sys
 import tempfile
 import time
@@ -41,8 +40,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
-
-import psutil
 
 from bench.common import (
     DEFAULT_MODEL,
@@ -53,6 +50,8 @@ from bench.common import (
     percentiles,
     write_result,
 )
+from bench.ladder_targets import http_overhead_ms, markdown, peer_ratios, targets
+from bench.process_memory import memory_mb, ready_worker_pids, workers_memory
 
 Shape = Literal["fixed128", "dynamic", "batch", "http"]
 Engine = Literal["torch", "ctranslate2"]
@@ -202,31 +201,6 @@ def _load_engine(
     return (lambda group: _run_group(translator, rung, group, beams, standin)), label
 
 
-def memory_mb(pid: int | None = None) -> dict[str, int]:
-    """Resident memory (psutil), split on Linux into private (anonymous) and file-backed.
-
-    File-backed pages are the mmapped safetensors weights: shared by the workers of one model and
-    reclaimable, so the private part is what each extra worker really costs.
-    """
-    figures = {"rss_mb": round(psutil.Process(pid).memory_info().rss / 2**20)}
-    status = Path(f"/proc/{pid or 'self'}/status")
-    if status.exists():
-        fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
-        if "RssAnon" in fields and "RssFile" in fields:
-            figures["private_mb"] = int(fields["RssAnon"].split()[0]) // 1024
-            figures["file_mb"] = int(fields["RssFile"].split()[0]) // 1024
-    return figures
-
-
-def peak_mb(pid: int) -> int | None:
-    """A process's peak RSS (VmHWM) from outside it; None where /proc is missing."""
-    status = Path(f"/proc/{pid}/status")
-    if not status.exists():
-        return None
-    line = next(line for line in status.read_text().splitlines() if line.startswith("VmHWM:"))
-    return int(line.split()[1]) // 1024
-
-
 def _run_group(translator: Any, rung: Rung, group: list[Sentence], beams: int, standin: bool) -> None:
     options = options_for(group, beams, standin, shared=rung.shape == "batch" and rung.shared_lengths)
     ids = translator.encode([s.source for s in group])
@@ -290,7 +264,7 @@ def measure_http(model_store: Path, sentences: list[Sentence], beams: int, stand
         tempfile.TemporaryDirectory(prefix="zh_en_latency_") as workdir,
         TorchServe(model_store, Path(workdir), models=[INT8_ARCHIVE]) as server,
     ):
-        loaded = _workers_memory(ready_worker_pids(server))
+        loaded = workers_memory(ready_worker_pids(server))
         for body in bodies[:WARMUP]:
             _post(server, body)
         seconds = []
@@ -300,40 +274,25 @@ def measure_http(model_store: Path, sentences: list[Sentence], beams: int, stand
             _post(server, body)
             seconds.append(time.perf_counter() - began)
         total = time.perf_counter() - started
-        after = _workers_memory(ready_worker_pids(server))
+        after = workers_memory(ready_worker_pids(server))
     return {
         **percentiles(seconds),
         "sentences_per_s": round(len(sentences) / total, 2),
-        **{key: value for key, value in loaded.items() if key not in ("peak_mb", "workers")},
+        **{
+            key: value
+            for key, value in loaded.items()
+            if key not in ("peak_mb", "workers", "private_mb_total")
+        },
         "run_rss_mb": after.get("rss_mb"),
         "peak_rss_mb": after.get("peak_mb"),
         "workers": after.get("workers"),
     }
 
 
-def ready_worker_pids(server: Any) -> list[int]:
-    """The pids of the model's backend workers, once all its minWorkers are READY (model loaded)."""
-    version = server.client.default_version()
-    wanted = int(server.client.describe(version=version)[0].get("minWorkers", 1))
-    server.client.wait_ready(version, wanted)
-    return list(server.worker_pids())
-
-
 def _post(server: Any, body: bytes) -> None:
     response = server.client.post_raw(body, "application/json")
     if response.status_code != 200:
         raise RuntimeError(f"HTTP rung: {response.status_code} {response.text[:200]}")
-
-
-def _workers_memory(pids: Sequence[int]) -> dict[str, Any]:
-    """Mean figures per worker; the peak is the largest worker's."""
-    workers = [memory_mb(pid) for pid in pids]
-    if not workers:
-        return {}
-    keys = [key for key in workers[0] if all(key in w for w in workers)]
-    figures: dict[str, Any] = {key: round(statistics.fmean(w[key] for w in workers)) for key in keys}
-    peaks = [peak for pid in pids if (peak := peak_mb(pid)) is not None]
-    return {**figures, "peak_mb": max(peaks, default=None), "workers": len(workers)}
 
 
 def run_ladder(
@@ -385,134 +344,6 @@ def run_rung(
     return {"rung": rung.number, "name": rung.name, "variant": rung.variant, **figures}
 
 
-def http_overhead_ms(rows: list[dict[str, Any]]) -> float | None:
-    """Serving overhead: HTTP p50 minus in-process int8 dynamic p50 (None without rung 5)."""
-    by = {row["rung"]: row for row in rows}
-    return round(by[5]["p50_ms"] - by[3]["p50_ms"], 2) if 5 in by else None
-
-
-def peer_ratios(rows: list[dict[str, Any]]) -> dict[str, float] | None:
-    """Ours / CTranslate2: int8 one-sentence p50 (<= 1: ours at least as fast) and batch sentences/s
-    (>= 1: ours at least as fast); None without the peer rungs."""
-    by = {row["rung"]: row for row in rows}
-    if 6 not in by or 7 not in by:
-        return None
-    return {
-        "single_p50": round(by[3]["p50_ms"] / by[6]["p50_ms"], 3),
-        "batch_sentences_per_s": round(by[4]["sentences_per_s"] / by[7]["sentences_per_s"], 3),
-    }
-
-
-def targets(rows: list[dict[str, Any]], beams: int = 1) -> list[dict[str, Any]]:
-    """The issues' targets, computed from one ladder: met or missed, and by how much."""
-    by = {row["rung"]: row for row in rows}
-    fp32_total = by[2]["run_private_mb"] + by[2]["run_file_mb"] if "run_private_mb" in by[2] else None
-    checks = [
-        ("int8 dynamic p50 <= 1/3 of fp32 dynamic p50", by[3]["p50_ms"] / by[2]["p50_ms"], 1 / 3, "max"),
-        ("rung 3 >= 4x faster than rung 1 (p50)", by[1]["p50_ms"] / by[3]["p50_ms"], 4.0, "min"),
-        (
-            "fast decoder one sentence >= 1.3x faster than generate() (p50)",
-            by[8]["p50_ms"] / by[3]["p50_ms"],
-            1.3,
-            "min",
-        ),
-    ]
-    if beams > 1:
-        checks.append(
-            (
-                f"beam {beams}: batches of {BATCH} (own lengths) >= 2x one sentence (sentences/s)",
-                by[10]["sentences_per_s"] / by[3]["sentences_per_s"],
-                2.0,
-                "min",
-            )
-        )
-    if fp32_total:
-        checks.append(
-            (
-                "int8 private <= 60% of fp32 private + file-backed (after the run)",
-                by[3]["run_private_mb"] / fp32_total,
-                0.60,
-                "max",
-            )
-        )
-    if (overhead := http_overhead_ms(rows)) is not None:
-        checks.append(("HTTP serving overhead p50 <= 5 ms", overhead, 5.0, "max"))
-    if (ratios := peer_ratios(rows)) is not None:
-        checks += [
-            ("our int8 single-sentence p50 <= CTranslate2's", ratios["single_p50"], 1.0, "max"),
-            (
-                f"our int8 batch-{BATCH} sentences/s >= CTranslate2's",
-                ratios["batch_sentences_per_s"],
-                1.0,
-                "min",
-            ),
-        ]
-    return [
-        {
-            "target": name,
-            "measured": round(value, 3),
-            "limit": round(limit, 3),
-            "met": _met(value, limit, kind),
-        }
-        for name, value, limit, kind in checks
-    ]
-
-
-def _met(value: float, limit: float, kind: str) -> bool:
-    return value >= limit if kind == "min" else value <= limit
-
-
-def markdown(result: dict[str, Any]) -> str:
-    """The ladders as markdown tables, targets under each, then the notes."""
-    lines = []
-    for beams, ladder in result["ladders"].items():
-        lines += [
-            f"\n**{'greedy' if beams == '1' else f'beam {beams}'}** ({result['n']} sentences, 1 thread)\n",
-            "| rung | p50 ms | p95 ms | p99 ms | sent/s | RSS MB after load (private + file) | peak RSS MB "
-            "| speedup p50 | speedup sent/s |",
-            "|---|---|---|---|---|---|---|---|---|",
-            *(_row(row) for row in ladder["rungs"]),
-        ]
-        if ladder.get("http_overhead_p50_ms") is not None:
-            lines.append(f"\nServing overhead (rung 5 p50 - rung 3 p50): {ladder['http_overhead_p50_ms']} ms")
-        if (ratios := ladder.get("peer_ratios")) is not None:
-            lines.append(
-                f"\nOurs / {result['peer']['engine']} ({result['peer']['note']}): one-sentence p50 "
-                f"{ratios['single_p50']} (rung 3 / rung 6, <= 1 is ours faster), batch-{BATCH} sentences/s "
-                f"{ratios['batch_sentences_per_s']} (rung 4 / rung 7, >= 1 is ours faster)"
-            )
-        by = {row["rung"]: row for row in ladder["rungs"]}
-        if 8 in by and 9 in by:
-            single = by[8]["p50_ms"] / by[3]["p50_ms"]
-            batched = by[4]["sentences_per_s"] / by[9]["sentences_per_s"]
-            lines.append(
-                f"\nFast decoder vs generate() (int8; target-side output layer of "
-                f"{by[3].get('target_vocabulary', '?')} rows): one sentence {single:.2f}x faster "
-                f"(rung 8 p50 / rung 3 p50), batches of {BATCH} {batched:.2f}x (rung 4 / rung 9 sentences/s)"
-            )
-        lines += ["", "| target | measured | limit | met |", "|---|---|---|---|"]
-        lines += [
-            f"| {t['target']} | {t['measured']} | {t['limit']} | {'yes' if t['met'] else 'NO'} |"
-            for t in ladder["targets"]
-        ]
-    lines += ["", *(f"- {note}" for note in result.get("notes", []))]
-    return "\n".join(lines)
-
-
-def _row(row: dict[str, Any]) -> str:
-    return (
-        f"| {row['rung']}. {row['name']} | {row['p50_ms']:.1f} | {row['p95_ms']:.1f} | {row['p99_ms']:.1f} "
-        f"| {row['sentences_per_s']} | {_memory(row)} | {row['peak_rss_mb'] or '-'} "
-        f"| {row['speedup_p50'] or '-'} | {row['speedup_throughput']} |"
-    )
-
-
-def _memory(row: dict[str, Any]) -> str:
-    if "private_mb" not in row:
-        return str(row.get("rss_mb", "-"))
-    return f"{row['rss_mb']} ({row['private_mb']} + {row['file_mb']})"
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -551,7 +382,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         rungs = run_ladder(model_dir, sentences, beams, store, converted)
         ladders[str(beams)] = {
             "rungs": rungs,
-            "targets": targets(rungs, beams),
+            "targets": targets(rungs, beams, BATCH),
             "http_overhead_p50_ms": http_overhead_ms(rungs),
             "peer_ratios": peer_ratios(rungs),
         }
@@ -561,6 +392,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "standin": standin,
         "output_lengths": "reference lengths (stand-in)" if standin else "natural",
         "n": len(sentences),
+        "batch": BATCH,
         "threads": 1,
         "load_average_at_start": load_average,
         "peer": peer,

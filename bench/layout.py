@@ -27,7 +27,6 @@ import argparse
 import contextlib
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,8 +42,8 @@ import yaml
 from archive.build import CONFIG_DIR, MODEL_NAME, ArchiveSpec, build_archive, model_digest
 from archive.tatoeba import REPO_ROOT
 from bench.common import DEFAULT_MODEL, RESULTS_DIR, is_standin, load_model_dir, write_result
-from bench.latency import memory_mb, peak_mb, ready_worker_pids
 from bench.load import LoadSpec, run_load
+from bench.process_memory import memory_mb, peak_mb, ready_worker_pids, workers_memory
 from handlers.handler_config import HandlerConfig
 from serving.client import ServerError
 from serving.server import TorchServe, process_alive
@@ -245,16 +244,13 @@ def decode_label(beams: int | None) -> str:
 
 def _memory(pids: Sequence[int]) -> dict[str, Any]:
     """Mean resident memory per worker (private + file-backed) and the workers' private total."""
-    workers = [memory_mb(pid) for pid in pids]
-    if not workers:
-        return {}
-    keys = [key for key in workers[0] if all(key in w for w in workers)]
-    figures: dict[str, Any] = {
-        f"{key}_per_worker": round(statistics.fmean(w[key] for w in workers)) for key in keys
+    figures = workers_memory(pids)
+    per_worker = {
+        f"{key}_per_worker": figures[key] for key in ("rss_mb", "private_mb", "file_mb") if key in figures
     }
-    if "private_mb" in keys:
-        figures["private_mb_total"] = sum(w["private_mb"] for w in workers)
-    return figures
+    return per_worker | (
+        {"private_mb_total": figures["private_mb_total"]} if "private_mb_total" in figures else {}
+    )
 
 
 def _load_average() -> list[float]:

@@ -19,7 +19,7 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 
 from bench.common import RESULTS_DIR
-from bench.latency import markdown as latency_markdown
+from bench.ladder_targets import markdown as latency_markdown
 
 STANDIN_LABEL = "offline stand-in (random weights, reference-length outputs)"
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from bench import ctranslate2_peer, latency
+from bench import ctranslate2_peer, ladder_targets, latency
 from bench.common import Sentence
 from handlers.translator import pad_batch
 from handlers.vocabulary import target_token_ids
@@ -108,7 +108,7 @@ def test_quick_ladder_on_the_tiny_standin(tiny_model_dir: Path, tmp_path: Path) 
         "our int8 single-sentence p50 <= CTranslate2's",
         "our int8 batch-16 sentences/s >= CTranslate2's",
     }
-    table = latency.markdown(result)
+    table = ladder_targets.markdown(result)
     assert "| 3. int8, dynamic |" in table and "| 7. CTranslate2 int8, batches of 16 (peer) |" in table
     assert f"Ours / CTranslate2 {version} (peer, not a serving option)" in table
     assert "Fast decoder vs generate()" in table

@@ -1,0 +1,137 @@
+"""The latency ladder judged and shown: serving overhead, ratios to the peer and to generate(),
+the issues' targets (met or missed, by how much), and the markdown tables.
+
+Works on the rows bench.latency measured (or latency.json read back), by rung number.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def http_overhead_ms(rows: list[dict[str, Any]]) -> float | None:
+    """Serving overhead: HTTP p50 minus in-process int8 dynamic p50 (None without rung 5)."""
+    by = {row["rung"]: row for row in rows}
+    return round(by[5]["p50_ms"] - by[3]["p50_ms"], 2) if 5 in by else None
+
+
+def peer_ratios(rows: list[dict[str, Any]]) -> dict[str, float] | None:
+    """Ours / CTranslate2: int8 one-sentence p50 (<= 1: ours at least as fast) and batch sentences/s
+    (>= 1: ours at least as fast); None without the peer rungs."""
+    by = {row["rung"]: row for row in rows}
+    if 6 not in by or 7 not in by:
+        return None
+    return {
+        "single_p50": round(by[3]["p50_ms"] / by[6]["p50_ms"], 3),
+        "batch_sentences_per_s": round(by[4]["sentences_per_s"] / by[7]["sentences_per_s"], 3),
+    }
+
+
+def targets(rows: list[dict[str, Any]], beams: int, batch: int) -> list[dict[str, Any]]:
+    """The issues' targets, computed from one ladder: met or missed, and by how much."""
+    by = {row["rung"]: row for row in rows}
+    fp32_total = by[2]["run_private_mb"] + by[2]["run_file_mb"] if "run_private_mb" in by[2] else None
+    checks = [
+        ("int8 dynamic p50 <= 1/3 of fp32 dynamic p50", by[3]["p50_ms"] / by[2]["p50_ms"], 1 / 3, "max"),
+        ("rung 3 >= 4x faster than rung 1 (p50)", by[1]["p50_ms"] / by[3]["p50_ms"], 4.0, "min"),
+        (
+            "fast decoder one sentence >= 1.3x faster than generate() (p50)",
+            by[8]["p50_ms"] / by[3]["p50_ms"],
+            1.3,
+            "min",
+        ),
+    ]
+    if beams > 1:
+        checks.append(
+            (
+                f"beam {beams}: batches of {batch} (own lengths) >= 2x one sentence (sentences/s)",
+                by[10]["sentences_per_s"] / by[3]["sentences_per_s"],
+                2.0,
+                "min",
+            )
+        )
+    if fp32_total:
+        checks.append(
+            (
+                "int8 private <= 60% of fp32 private + file-backed (after the run)",
+                by[3]["run_private_mb"] / fp32_total,
+                0.60,
+                "max",
+            )
+        )
+    if (overhead := http_overhead_ms(rows)) is not None:
+        checks.append(("HTTP serving overhead p50 <= 5 ms", overhead, 5.0, "max"))
+    if (ratios := peer_ratios(rows)) is not None:
+        checks += [
+            ("our int8 single-sentence p50 <= CTranslate2's", ratios["single_p50"], 1.0, "max"),
+            (
+                f"our int8 batch-{batch} sentences/s >= CTranslate2's",
+                ratios["batch_sentences_per_s"],
+                1.0,
+                "min",
+            ),
+        ]
+    return [
+        {
+            "target": name,
+            "measured": round(value, 3),
+            "limit": round(limit, 3),
+            "met": _met(value, limit, kind),
+        }
+        for name, value, limit, kind in checks
+    ]
+
+
+def _met(value: float, limit: float, kind: str) -> bool:
+    return value >= limit if kind == "min" else value <= limit
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The ladders as markdown tables, targets under each, then the notes."""
+    lines, batch = [], result.get("batch", "?")  # latency.json before the key: unknown
+    for beams, ladder in result["ladders"].items():
+        lines += [
+            f"\n**{'greedy' if beams == '1' else f'beam {beams}'}** ({result['n']} sentences, 1 thread)\n",
+            "| rung | p50 ms | p95 ms | p99 ms | sent/s | RSS MB after load (private + file) | peak RSS MB "
+            "| speedup p50 | speedup sent/s |",
+            "|---|---|---|---|---|---|---|---|---|",
+            *(_row(row) for row in ladder["rungs"]),
+        ]
+        if ladder.get("http_overhead_p50_ms") is not None:
+            lines.append(f"\nServing overhead (rung 5 p50 - rung 3 p50): {ladder['http_overhead_p50_ms']} ms")
+        if (ratios := ladder.get("peer_ratios")) is not None:
+            lines.append(
+                f"\nOurs / {result['peer']['engine']} ({result['peer']['note']}): one-sentence p50 "
+                f"{ratios['single_p50']} (rung 3 / rung 6, <= 1 is ours faster), batch-{batch} sentences/s "
+                f"{ratios['batch_sentences_per_s']} (rung 4 / rung 7, >= 1 is ours faster)"
+            )
+        by = {row["rung"]: row for row in ladder["rungs"]}
+        if 8 in by and 9 in by:
+            single = by[8]["p50_ms"] / by[3]["p50_ms"]
+            batched = by[4]["sentences_per_s"] / by[9]["sentences_per_s"]
+            lines.append(
+                f"\nFast decoder vs generate() (int8; target-side output layer of "
+                f"{by[3].get('target_vocabulary', '?')} rows): one sentence {single:.2f}x faster "
+                f"(rung 8 p50 / rung 3 p50), batches of {batch} {batched:.2f}x (rung 4 / rung 9 sentences/s)"
+            )
+        lines += ["", "| target | measured | limit | met |", "|---|---|---|---|"]
+        lines += [
+            f"| {t['target']} | {t['measured']} | {t['limit']} | {'yes' if t['met'] else 'NO'} |"
+            for t in ladder["targets"]
+        ]
+    lines += ["", *(f"- {note}" for note in result.get("notes", []))]
+    return "\n".join(lines)
+
+
+def _row(row: dict[str, Any]) -> str:
+    return (
+        f"| {row['rung']}. {row['name']} | {row['p50_ms']:.1f} | {row['p95_ms']:.1f} | {row['p99_ms']:.1f} "
+        f"| {row['sentences_per_s']} | {_memory(row)} | {row['peak_rss_mb'] or '-'} "
+        f"| {row['speedup_p50'] or '-'} | {row['speedup_throughput']} |"
+    )
+
+
+def _memory(row: dict[str, Any]) -> str:
+    if "private_mb" not in row:
+        return str(row.get("rss_mb", "-"))
+    return f"{row['rss_mb']} ({row['private_mb']} + {row['file_mb']})"
