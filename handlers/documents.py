@@ -1,0 +1,122 @@
+"""A text (plain or HTML) as the model sees it, sentence by sentence, and the text it becomes.
+
+plan_document() turns one client text into a Document: copied markup, and runs of text split
+into sentences with their protected spans masked. Document.model_inputs are the sentences the
+model must decode (those with a Han character); Document.render() takes their translations in
+the same order and rebuilds the whole text: gaps, markup and protected spans exactly as sent.
+Nothing here touches the model, so all of it is unit-tested with fake translations.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from handlers.markup import html_segments
+from handlers.protection import Masked, Protected, mask, protect, restore
+from handlers.scripts import has_han
+from handlers.sentences import Piece, join_sentences, split_text
+
+TextFormat = Literal["text", "html"]
+
+
+@dataclass(frozen=True)
+class PlannedSentence:
+    source: str  # the sentence as sent (protected spans in place)
+    masked: Masked
+
+    @property
+    def translatable(self) -> bool:
+        return has_han(self.masked.core)
+
+
+@dataclass(frozen=True)
+class Run:
+    """Text between pieces of copied markup (a plain text is one run)."""
+
+    pieces: list[Piece]
+    sentences: list[PlannedSentence]
+
+
+@dataclass(frozen=True)
+class SentencePair:
+    source: str
+    translation: str
+    translated: bool
+
+
+@dataclass(frozen=True)
+class Rendered:
+    text: str
+    pairs: list[SentencePair]
+    # Protected spans the model dropped, appended to their sentence's translation.
+    dropped: list[str]
+
+
+@dataclass
+class Document:
+    parts: list[str | Run]
+    html: bool
+    model_inputs: list[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.model_inputs = [s.masked.core for s in self.sentences() if s.translatable]
+
+    def sentences(self) -> Iterator[PlannedSentence]:
+        for part in self.parts:
+            if isinstance(part, Run):
+                yield from part.sentences
+
+    @property
+    def translated(self) -> bool:
+        return bool(self.model_inputs)
+
+    def render(self, translations: Sequence[str]) -> Rendered:
+        """The whole text with each translatable sentence replaced by its translation, in order."""
+        if len(translations) != len(self.model_inputs):
+            raise ValueError(f"{len(self.model_inputs)} sentences to render, got {len(translations)}")
+        outputs = iter(translations)
+        pairs: list[SentencePair] = []
+        dropped: list[str] = []
+        text: list[str] = []
+        for part in self.parts:
+            if isinstance(part, str):
+                text.append(part)
+                continue
+            rendered: list[tuple[str, bool]] = []
+            for sentence in part.sentences:
+                if sentence.translatable:
+                    output = next(outputs)
+                    # In HTML the model's "<" or "&" is text, never markup.
+                    restored = restore(
+                        sentence.masked, html.escape(output, quote=False) if self.html else output
+                    )
+                    dropped += restored.dropped
+                    rendered.append((restored.text, True))
+                else:
+                    rendered.append((sentence.source, False))
+                pairs.append(SentencePair(sentence.source, *rendered[-1]))
+            text.append(join_sentences(part.pieces, rendered))
+        return Rendered("".join(text), pairs, dropped)
+
+
+def plan_document(text: str, text_format: TextFormat = "text") -> Document:
+    if text_format == "html":
+        parts: list[str | Run] = [
+            segment.raw if segment.protected is None else _run(segment.protected)
+            for segment in html_segments(text)
+        ]
+        return Document(parts, html=True)
+    return Document([_run(protect(text))], html=False)
+
+
+def _run(protected: Protected) -> Run:
+    pieces = split_text(protected.text)
+    sentences = [
+        PlannedSentence(protected.expand(piece.text), mask(piece.text, protected))
+        for piece in pieces
+        if piece.is_sentence
+    ]
+    return Run(pieces, sentences)

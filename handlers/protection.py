@@ -1,0 +1,158 @@
+"""Keep what must not be translated away from the model: URLs, e-mail, format placeholders, tags.
+
+Two steps. protect() runs on a whole text before it is split into sentences: each protected
+span becomes one private-use character, so a "." in a URL or a "！" in a tag attribute cannot end
+a sentence. mask() then runs on one sentence: each such character becomes a short token (ZX1,
+ZX2, ...) for the model, and restore() swaps the original text back after decoding.
+
+Spans at the start or end of a sentence never reach the model at all (`<b>你好</b>` decodes
+only 你好), so only spans inside a sentence rely on the model copying the token. A token the
+model drops is not lost: its original text is appended to the translation and the response
+carries a warning.
+
+The token's shape is a guess at what opus-mt copies (a short Latin-and-digit code, like a
+product name); it could not be checked on the real model here, which is why the fallback exists.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from handlers.request_parsing import InvalidRequest
+
+# Order matters: the first alternative that matches at a position wins.
+_PATTERNS = {
+    "url": r"(?:https?|ftp)://[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]+|www\.[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)+"
+    r"(?:/[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]*)?",
+    "email": r"[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)+",
+    "template": r"\{\{[^{}\n]{0,100}\}\}",
+    "brace": r"\{[A-Za-z0-9_.:\-]{0,40}\}",
+    "printf": r"%(?:\d+\$|\([A-Za-z_]\w{0,40}\))?[-+ #0]{0,3}\d{0,3}(?:\.\d{1,3})?[sdifuxXoeEgGc%]",
+    "tag": r"</?[A-Za-z][A-Za-z0-9:\-]{0,40}(?:\s[^<>]{0,500})?/?>",
+    # Text that already looks like one of our tokens is protected too, or restore() would mistake it.
+    "token": r"(?<![A-Za-z0-9])[Zz][Xx]\s?\d+",
+}
+PROTECTED = re.compile("|".join(f"(?P<{name}>{pattern})" for name, pattern in _PATTERNS.items()))
+# Character references (&amp;, &#20320;) are protected in HTML only: in plain text they are text.
+ENTITY = r"(?P<entity>&(?:[A-Za-z][A-Za-z0-9]{1,31}|#\d{1,7}|#[xX][0-9A-Fa-f]{1,6});)"
+PROTECTED_HTML = re.compile(f"{ENTITY}|{PROTECTED.pattern}")
+# Punctuation that ends a sentence rather than a URL: "见 https://a.b/c。" or "(see https://a.b)".
+_URL_TRAILING = ".,;:!?)]}'\""
+
+
+# Protected spans stand in the text as private-use characters while it is split into sentences.
+_FIRST_SLOT, _LAST_SLOT = 0xE000, 0xF8FF
+SLOT = re.compile(f"[{chr(_FIRST_SLOT)}-{chr(_LAST_SLOT)}]")
+_ALNUM = re.compile("[A-Za-z0-9]")
+
+
+def token(number: int) -> str:
+    return f"ZX{number}"  # restore() matches this shape
+
+
+@dataclass
+class Protected:
+    """A text with each protected span replaced by one private-use character (a slot)."""
+
+    text: str
+    spans: list[str] = field(default_factory=list)
+
+    def slot_for(self, span: str) -> str:
+        if _FIRST_SLOT + len(self.spans) > _LAST_SLOT:
+            raise InvalidRequest(f"more than {_LAST_SLOT - _FIRST_SLOT + 1} protected spans in one text")
+        self.spans.append(span)
+        return chr(_FIRST_SLOT + len(self.spans) - 1)
+
+    def expand(self, text: str) -> str:
+        """Slots back to their original text."""
+        return SLOT.sub(lambda match: self.spans[ord(match.group()) - _FIRST_SLOT], text)
+
+
+@dataclass(frozen=True)
+class Masked:
+    """One sentence as the model sees it.
+
+    core is what the model decodes (empty when nothing translatable is left); prefix and suffix
+    are the protected text around it, copied as is; spans[n - 1] is what token(n) stands for.
+    """
+
+    prefix: str
+    core: str
+    suffix: str
+    spans: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Restored:
+    text: str
+    # Protected spans the model's output did not carry; they were appended so nothing is lost.
+    dropped: tuple[str, ...]
+
+
+def protect(text: str, html: bool = False, into: Protected | None = None) -> Protected:
+    """Swap every protected span of a plain text for a slot (private-use characters count as spans)."""
+    protected = into if into is not None else Protected("")
+    pattern = PROTECTED_HTML if html else PROTECTED
+    out: list[str] = []
+    position = 0
+    for match in pattern.finditer(text):
+        span = match.group()
+        if match.lastgroup == "url":
+            span = span.rstrip(_URL_TRAILING)
+        if not span:
+            continue
+        out.append(_protect_slots(text[position : match.start()], protected))
+        out.append(protected.slot_for(span))
+        position = match.start() + len(span)
+    out.append(_protect_slots(text[position:], protected))
+    protected.text += "".join(out)
+    return protected
+
+
+def mask(sentence: str, protected: Protected) -> Masked:
+    """Slots at either end (and the whitespace there) leave the sentence; inner slots become tokens."""
+    stripped = sentence.strip()
+    lead = len(sentence) - len(sentence.lstrip())
+    start, end = lead, lead + len(stripped)
+    while start < end and (SLOT.match(sentence[start]) or sentence[start].isspace()):
+        start += 1
+    while end > start and (SLOT.match(sentence[end - 1]) or sentence[end - 1].isspace()):
+        end -= 1
+    spans: list[str] = []
+
+    def to_token(match: re.Match[str]) -> str:
+        spans.append(protected.expand(match.group()))
+        # A token glued to a Latin letter or digit ("1ZX12") would change its number or its word.
+        before, after = (
+            match.string[match.start() - 1 : match.start()],
+            match.string[match.end() : match.end() + 1],
+        )
+        return f"{' ' if _ALNUM.match(before) else ''}{token(len(spans))}{' ' if _ALNUM.match(after) else ''}"
+
+    core = SLOT.sub(to_token, sentence[start:end])
+    return Masked(protected.expand(sentence[:start]), core, protected.expand(sentence[end:]), tuple(spans))
+
+
+def restore(masked: Masked, translation: str) -> Restored:
+    """The translation with every token swapped back; a token the model dropped is appended."""
+    text = translation
+    dropped: list[str] = []
+    for number, span in enumerate(masked.spans, start=1):
+        # The model may space or re-case the token ("ZX 1", "zx1"); the first copy wins, extras go.
+        found = re.compile(rf"(?<![A-Za-z0-9])ZX\s?{number}(?![0-9])", re.IGNORECASE)
+        match = found.search(text)
+        if match is None:
+            dropped.append(span)
+            continue
+        text = found.sub("", text[: match.start()] + f"\0{number}\0" + text[match.end() :])
+    for number, span in enumerate(masked.spans, start=1):
+        text = text.replace(f"\0{number}\0", span)
+    if dropped:
+        text = f"{text} {' '.join(dropped)}".strip()
+    return Restored(f"{masked.prefix}{text}{masked.suffix}", tuple(dropped))
+
+
+def _protect_slots(text: str, protected: Protected) -> str:
+    """Private-use characters already in the input are protected as themselves, never confused with slots."""
+    return SLOT.sub(lambda match: protected.slot_for(match.group()), text)
