@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from handlers.protocols import NATIVE, Envelope
 from handlers.request_parsing import GenerationOptions, InvalidRequest
 
 
@@ -20,3 +21,5 @@ class Job:
     token_ids: list[list[int]] = field(default_factory=list)
     translations: list[str] = field(default_factory=list)
     error: InvalidRequest | None = None
+    # How the request came in (native, v1, v2): its answer, or its error, is wrapped to match.
+    protocol: Envelope = NATIVE

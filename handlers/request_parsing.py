@@ -3,6 +3,7 @@
 TorchServe hands each request over as a dict of named parameters: a JSON body
 arrives parsed under "body" (or "data"), a text/* body as str, anything else
 (including JSON that failed to parse, or text that is not UTF-8) as bytes.
+A v1/v2 (Open Inference Protocol) body is unwrapped into our native shape first.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from handlers import protocols
 from handlers.handler_config import HandlerConfig
+from handlers.protocols import NATIVE, Envelope
 
 OPTION_KEYS = ("num_beams", "max_new_tokens", "min_new_tokens")
 ALLOWED_KEYS = ("text", *OPTION_KEYS)
@@ -21,10 +24,12 @@ ALLOWED_KEYS = ("text", *OPTION_KEYS)
 class InvalidRequest(Exception):
     """A client error: carries the HTTP status and a message that names the problem."""
 
-    def __init__(self, message: str, status: int = 400) -> None:
+    def __init__(self, message: str, status: int = 400, protocol: Envelope | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
+        # Set once the body's protocol is known, so the error is answered in that protocol's shape.
+        self.protocol = protocol
 
 
 @dataclass(frozen=True)
@@ -42,11 +47,23 @@ class TranslationRequest:
     # True when the client sent a list under "text": the response then carries a list too.
     as_list: bool
     options: GenerationOptions
+    protocol: Envelope = NATIVE
 
 
 def parse_request(item: Mapping[str, Any], config: HandlerConfig) -> TranslationRequest:
     """Validate one request of a batch; raise InvalidRequest with a client-facing message."""
     payload = _decode_body(_body_of(item))
+    protocol = protocols.detect(payload)
+    try:
+        return _parse_payload(protocols.unwrap(protocol, payload, ALLOWED_KEYS[1:]), protocol, config)
+    except protocols.ProtocolError as error:
+        raise InvalidRequest(str(error), protocol=protocol) from None
+    except InvalidRequest as error:
+        error.protocol = protocol
+        raise
+
+
+def _parse_payload(payload: Any, protocol: Envelope, config: HandlerConfig) -> TranslationRequest:
     if isinstance(payload, str):
         return _validated(TranslationRequest((payload,), False, GenerationOptions()), config)
     if not isinstance(payload, dict):
@@ -60,7 +77,7 @@ def parse_request(item: Mapping[str, Any], config: HandlerConfig) -> Translation
         raise InvalidRequest('missing field "text": send {"text": "..."} or {"text": ["...", ...]}')
     texts, as_list = _texts_of(payload["text"])
     options = GenerationOptions(**{key: _option(payload, key) for key in OPTION_KEYS})
-    return _validated(TranslationRequest(texts, as_list, options), config)
+    return _validated(TranslationRequest(texts, as_list, options, protocol), config)
 
 
 def _body_of(item: Mapping[str, Any]) -> Any:

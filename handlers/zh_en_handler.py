@@ -19,6 +19,7 @@ from ts.torch_handler.base_handler import BaseHandler
 
 from handlers.handler_config import HandlerConfig
 from handlers.jobs import Job
+from handlers.protocols import NATIVE, error_body, wrap_response
 from handlers.request_parsing import InvalidRequest, parse_request
 from handlers.translator import STANDIN_NOTICE, Translator
 
@@ -77,24 +78,26 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
 
     def _prepare(self, item: dict[str, Any]) -> Job:
         assert self.translator is not None
+        protocol = NATIVE
         try:
             request = parse_request(item, self.translator.config)
+            protocol = request.protocol
             token_ids = self.translator.encode(request.texts)
             self.translator.check_cost(token_ids, request.options)
-            return Job(request.as_list, request.options, token_ids)
+            return Job(request.as_list, request.options, token_ids, protocol=protocol)
         except InvalidRequest as error:
-            return Job(error=error)
+            return Job(error=error, protocol=error.protocol or protocol)
 
     def _respond(self, index: int, job: Job) -> dict[str, Any]:
         self.context.set_response_content_type(index, "application/json")
         if job.error is not None:
             # The standard reason phrase: the message (which may quote client input) stays in the body.
             self.context.set_response_status(job.error.status, HTTPStatus(job.error.status).phrase, index)
-            return {"code": job.error.status, "type": "InvalidRequest", "message": job.error.message}
+            return error_body(job.protocol, job.error.status, job.error.message)
         body: dict[str, Any] = (
             {"translations": job.translations} if job.as_list else {"translation": job.translations[0]}
         )
-        return {**body, **self.identity}
+        return wrap_response(job.protocol, {**body, **self.identity})
 
     def _identity(self, context: Any, config: HandlerConfig) -> dict[str, Any]:
         assert self.translator is not None
