@@ -12,14 +12,12 @@ from __future__ import annotations
 import html
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 from handlers.markup import html_segments
 from handlers.protection import Masked, Protected, mask, protect, restore
+from handlers.request_parsing import TextFormat
 from handlers.scripts import has_han
 from handlers.sentences import Piece, join_sentences, split_text
-
-TextFormat = Literal["text", "html"]
 
 
 @dataclass(frozen=True)

@@ -46,12 +46,20 @@ class HandlerConfig:
     new_tokens_ratio: float = 2.0
     new_tokens_slack: int = 10
     max_texts_per_request: int = 16
-    max_chars_per_text: int = 1000
+    # A text is split into sentences before decoding, so a text may be a whole article.
+    max_chars_per_text: int = 5000
+    max_chars_per_request: int = 20000
+    max_sentences_per_request: int = 1000
+    # The model's positional limit per decoded sentence; a longer sentence is cut, never truncated.
     max_input_tokens: int = MODEL_MAX_TOKENS
     max_beams: int = 8
-    # Work bound per request: beams x new-token cap, summed over its texts. Without it one request
-    # (16 texts, 8 beams, 256 forced tokens) could hold a worker for minutes.
-    max_decode_tokens_per_request: int = 8192
+    # Work bound per request: beams x new-token cap, summed over its sentences. Without it one request
+    # (1000 sentences, 8 beams, 256 forced tokens) could hold a worker for many minutes. 20,000
+    # characters of short sentences at beam 4 ask for about 192k.
+    max_decode_tokens_per_request: int = 262144
+    # Per-worker LRU cache of sentence translations (0 entries: off), bounded by entries and bytes.
+    sentence_cache_entries: int = 20000
+    sentence_cache_bytes: int = 32 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if self.variant not in get_args(Variant):
@@ -69,6 +77,10 @@ class HandlerConfig:
         _require(self.new_tokens_slack >= 0, "new_tokens_slack must be >= 0")
         _require(self.max_texts_per_request >= 1, "max_texts_per_request must be >= 1")
         _require(self.max_chars_per_text >= 1, "max_chars_per_text must be >= 1")
+        _require(self.max_chars_per_request >= 1, "max_chars_per_request must be >= 1")
+        _require(self.max_sentences_per_request >= 1, "max_sentences_per_request must be >= 1")
+        _require(self.sentence_cache_entries >= 0, "sentence_cache_entries must be >= 0")
+        _require(self.sentence_cache_bytes >= 0, "sentence_cache_bytes must be >= 0")
         _require(
             1 <= self.max_input_tokens <= MODEL_MAX_TOKENS,
             f"max_input_tokens must be between 1 and {MODEL_MAX_TOKENS}",

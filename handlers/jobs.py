@@ -6,20 +6,18 @@ to define exactly one class.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from handlers.protocols import NATIVE, Envelope
-from handlers.request_parsing import GenerationOptions, InvalidRequest
+from handlers.request_parsing import InvalidRequest
+from handlers.sentence_work import RequestWork
 
 
 @dataclass
 class Job:
-    """One request of a TorchServe batch on its way through the stages."""
+    """One request of a TorchServe batch: its planned work, or the client error that ended it."""
 
-    as_list: bool = False
-    options: GenerationOptions = field(default_factory=GenerationOptions)
-    token_ids: list[list[int]] = field(default_factory=list)
-    translations: list[str] = field(default_factory=list)
+    work: RequestWork | None = None
     error: InvalidRequest | None = None
     # How the request came in (native, v1, v2): its answer, or its error, is wrapped to match.
     protocol: Envelope = NATIVE

@@ -11,14 +11,18 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 from handlers import protocols
 from handlers.handler_config import HandlerConfig
 from handlers.protocols import NATIVE, Envelope
 
 OPTION_KEYS = ("num_beams", "max_new_tokens", "min_new_tokens")
-ALLOWED_KEYS = ("text", *OPTION_KEYS)
+# "sentences": also answer the aligned (source, translation) sentence pairs; "format": text or html.
+DOCUMENT_KEYS = ("sentences", "format")
+ALLOWED_KEYS = ("text", *OPTION_KEYS, *DOCUMENT_KEYS)
+TextFormat = Literal["text", "html"]
+TEXT_FORMATS: tuple[str, ...] = get_args(TextFormat)
 
 
 class InvalidRequest(Exception):
@@ -48,6 +52,8 @@ class TranslationRequest:
     as_list: bool
     options: GenerationOptions
     protocol: Envelope = NATIVE
+    text_format: TextFormat = "text"
+    want_sentences: bool = False
 
 
 def parse_request(item: Mapping[str, Any], config: HandlerConfig) -> TranslationRequest:
@@ -77,7 +83,15 @@ def _parse_payload(payload: Any, protocol: Envelope, config: HandlerConfig) -> T
         raise InvalidRequest('missing field "text": send {"text": "..."} or {"text": ["...", ...]}')
     texts, as_list = _texts_of(payload["text"])
     options = GenerationOptions(**{key: _option(payload, key) for key in OPTION_KEYS})
-    return _validated(TranslationRequest(texts, as_list, options, protocol), config)
+    text_format = payload.get("format", "text")
+    if text_format not in TEXT_FORMATS:
+        raise InvalidRequest(f'"format" must be one of {list(TEXT_FORMATS)}, got {text_format!r}'[:200])
+    want_sentences = payload.get("sentences", False)
+    if not isinstance(want_sentences, bool):
+        raise InvalidRequest(f'"sentences" must be true or false, got {want_sentences!r}'[:200])
+    fmt: TextFormat = "html" if text_format == "html" else "text"
+    request = TranslationRequest(texts, as_list, options, protocol, fmt, want_sentences)
+    return _validated(request, config)
 
 
 def _body_of(item: Mapping[str, Any]) -> Any:
@@ -146,6 +160,12 @@ def _validated(request: TranslationRequest, config: HandlerConfig) -> Translatio
                 f"{where} has {len(text)} characters > max_chars_per_text ({config.max_chars_per_text})",
                 status=413,
             )
+    total = sum(len(text) for text in request.texts)
+    if total > config.max_chars_per_request:
+        raise InvalidRequest(
+            f"request has {total} characters in all > max_chars_per_request ({config.max_chars_per_request})",
+            status=413,
+        )
     _check_options(request.options, config)
     return request
 

@@ -10,6 +10,7 @@ import contextlib
 import json
 import logging
 import math
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from transformers.utils import logging as transformers_logging
 from handlers.batching import plan_units
 from handlers.decoding import Decoder, RowLimits, make_decoder
 from handlers.handler_config import HandlerConfig
+from handlers.long_sentences import fit
 from handlers.quantization import count_quantized_linear, quantize_linear_int8, return_freed_heap
 from handlers.request_parsing import GenerationOptions, InvalidRequest
 
@@ -73,6 +75,7 @@ class Translator:
         self.config = config
         self.info = info
         self.decoder = decoder
+        self.generated_tokens = 0  # over the worker's life, for its metrics
 
     @classmethod
     def load(cls, model_dir: Path, config: HandlerConfig) -> Translator:
@@ -81,6 +84,8 @@ class Translator:
         transformers_logging.disable_progress_bar()  # progress bars would flood the worker log
         configure_threads(config.threads)
         tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+        # Over-long sentences are cut by handlers.long_sentences, not truncated: silence the length warning.
+        tokenizer.model_max_length = sys.maxsize
         model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, local_files_only=True)
         model.eval()
         # Every call passes max_new_tokens; the model's max_length would only trigger a warning.
@@ -117,6 +122,20 @@ class Translator:
                 )
         return ids
 
+    def encode_sentences(self, sentences: Sequence[str]) -> list[list[list[int]]]:
+        """Token ids per sentence, as chunks within max_input_tokens: a long one is cut, never truncated."""
+        if not sentences:
+            return []
+        ids: list[list[int]] = self.tokenizer(list(sentences), padding=False, truncation=False)["input_ids"]
+        return [
+            fit(text, row, self._encode_plain, self.config.max_input_tokens)
+            for text, row in zip(sentences, ids, strict=True)
+        ]
+
+    def _encode_plain(self, texts: Sequence[str]) -> list[list[int]]:
+        encoded: list[list[int]] = self.tokenizer(list(texts), padding=False, truncation=False)["input_ids"]
+        return encoded
+
     def generate(self, ids: Sequence[Sequence[int]], options: Sequence[GenerationOptions]) -> list[str]:
         """One decode unit: texts that share a beam count, padded to the longest text.
 
@@ -133,6 +152,7 @@ class Translator:
         input_ids, attention_mask = pad_batch(ids, self.tokenizer.pad_token_id)
         with torch.inference_mode():
             rows = self.decoder.decode(input_ids, attention_mask, limits, beams.pop())
+        self.generated_tokens += sum(len(row) for row in rows)
         decoded: list[str] = self.tokenizer.batch_decode(rows, skip_special_tokens=True)
         return decoded
 

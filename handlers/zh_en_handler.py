@@ -1,11 +1,11 @@
 """TorchServe handler for Chinese-to-English MarianMT (fp32 or int8, set by the model-config yaml).
 
-Stages: initialize (config, load, quantize, pick the decoder, threads, warm-up),
-preprocess (validate and tokenize each request), inference (every text of the
-batch in decode units cut by beam count, input length and row budget, each
-padded only to its longest), postprocess
-(exactly one response per request; bad requests get their own 4xx, the rest
-of the batch is still answered).
+Stages: initialize (config, load, quantize, pick the decoder, threads, warm-up, the sentence
+cache), preprocess (validate each request, split its texts into sentences, protect what must
+not be translated, tokenize), inference (every sentence of the batch not in the cache, decoded
+in units cut by beam count, input length and row budget, each padded only to its longest),
+postprocess (each text rebuilt around its translated sentences; exactly one response per
+request: bad requests get their own 4xx, the rest of the batch is still answered).
 """
 
 from __future__ import annotations
@@ -15,12 +15,15 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
+from ts.metrics.dimension import Dimension
 from ts.torch_handler.base_handler import BaseHandler
 
 from handlers.handler_config import HandlerConfig
 from handlers.jobs import Job
 from handlers.protocols import NATIVE, error_body, wrap_response
 from handlers.request_parsing import InvalidRequest, parse_request
+from handlers.sentence_cache import SentenceCache
+from handlers.sentence_work import BatchCounts, SentenceDecoder, answer, plan_request
 from handlers.translator import STANDIN_NOTICE, Translator
 
 logger = logging.getLogger(__name__)
@@ -30,6 +33,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
     def __init__(self) -> None:
         super().__init__()
         self.translator: Translator | None = None
+        self.sentences: SentenceDecoder | None = None
         self.identity: dict[str, Any] = {}
 
     def initialize(self, context: Any) -> None:
@@ -37,10 +41,13 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         model_dir = Path(context.system_properties["model_dir"])
         self.translator = Translator.load(model_dir, config)
         self.identity = self._identity(context, config)
+        cache = SentenceCache(config.sentence_cache_entries, config.sentence_cache_bytes)
+        model_tag = f"{self.identity['model']}/{self.identity['version']}/{config.variant}"
+        self.sentences = SentenceDecoder(self.translator, cache, model_tag)
         info = self.translator.info
         logger.info(
             "loaded model=%s version=%s variant=%s decoder=%s max_batch_rows=%d source=%s standin=%s "
-            "parameters=%d quantized_linear=%d threads=%d load_seconds=%.2f",
+            "parameters=%d quantized_linear=%d threads=%d sentence_cache_entries=%d load_seconds=%.2f",
             self.identity["model"],
             self.identity["version"],
             config.variant,
@@ -51,6 +58,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
             info.parameters,
             info.quantized_linear,
             info.threads,
+            config.sentence_cache_entries,
             info.load_seconds,
         )
         if info.standin:
@@ -61,16 +69,10 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         return [self._prepare(item) for item in data]
 
     def inference(self, jobs: list[Job], *args: Any, **kwargs: Any) -> list[Job]:
-        """Every text of every valid request, decoded in units cut by beam count, length and row budget."""
-        assert self.translator is not None
-        rows = [(job, row) for job in jobs if job.error is None for row in range(len(job.token_ids))]
-        outputs = self.translator.translate_batch(
-            [job.token_ids[row] for job, row in rows], [job.options for job, _ in rows]
-        )
-        for job in jobs:
-            job.translations = [""] * len(job.token_ids)
-        for (job, row), text in zip(rows, outputs, strict=True):
-            job.translations[row] = text
+        """Every sentence of every valid request together: the cache first, the rest in decode units."""
+        assert self.sentences is not None
+        counts = self.sentences.decode_batch([job.work for job in jobs if job.work is not None])
+        self._count(counts)
         return jobs
 
     def postprocess(self, jobs: list[Job]) -> list[dict[str, Any]]:
@@ -82,22 +84,32 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         try:
             request = parse_request(item, self.translator.config)
             protocol = request.protocol
-            token_ids = self.translator.encode(request.texts)
-            self.translator.check_cost(token_ids, request.options)
-            return Job(request.as_list, request.options, token_ids, protocol=protocol)
+            return Job(plan_request(request, self.translator), protocol=protocol)
         except InvalidRequest as error:
             return Job(error=error, protocol=error.protocol or protocol)
 
     def _respond(self, index: int, job: Job) -> dict[str, Any]:
+        assert self.translator is not None
         self.context.set_response_content_type(index, "application/json")
-        if job.error is not None:
+        if job.work is None:
+            assert job.error is not None
             # The standard reason phrase: the message (which may quote client input) stays in the body.
             self.context.set_response_status(job.error.status, HTTPStatus(job.error.status).phrase, index)
             return error_body(job.protocol, job.error.status, job.error.message)
-        body: dict[str, Any] = (
-            {"translations": job.translations} if job.as_list else {"translation": job.translations[0]}
-        )
+        body = answer(job.work, self.translator.config.max_input_tokens)
         return wrap_response(job.protocol, {**body, **self.identity})
+
+    def _count(self, counts: BatchCounts) -> None:
+        """Custom metrics, exposed on the metrics port (config/metrics.yaml declares them)."""
+        metrics = self.context.metrics
+        variant = [Dimension("Variant", str(self.identity["variant"]))]
+        for name, value in (
+            ("SentenceCacheHits", counts.cache_hits),
+            ("SentenceCacheMisses", counts.cache_misses),
+            ("SentencesTranslated", counts.sentences),
+            ("TokensGenerated", counts.generated_tokens),
+        ):
+            metrics.add_counter(name, value, dimensions=variant)
 
     def _identity(self, context: Any, config: HandlerConfig) -> dict[str, Any]:
         assert self.translator is not None

@@ -54,7 +54,7 @@ class TorchServeClient:
         )
 
     def translate(
-        self, text: str | list[str], model: str = MODEL_NAME, version: str | None = None, **options: int
+        self, text: str | list[str], model: str = MODEL_NAME, version: str | None = None, **options: object
     ) -> requests.Response:
         return self.post_raw(
             json.dumps({"text": text, **options}).encode(), "application/json", model, version

@@ -82,6 +82,12 @@ def render_config(
         "grpc_inference_port": str(ports.grpc_inference),
         "grpc_management_port": str(ports.grpc_management),
         "model_store": str(model_store),
+        # Relative to the repository (where `make serve` starts); the rendered config lives elsewhere.
+        **(
+            {"metrics_config": str(REPO_ROOT / current["metrics_config"])}
+            if "metrics_config" in current
+            else {}
+        ),
         **(overrides or {}),
     }
     lines, seen = [], set()

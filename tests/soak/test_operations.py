@@ -87,13 +87,8 @@ def test_a_request_over_the_response_timeout_does_not_wedge_the_worker(
     config_dir = tmp_path / "config"
     config_dir.mkdir()
     # The fast decoder does HEAVY on the tiny model in under 2 s: this request is 4x that (about 7 s).
-    yaml = (
-        (CONFIG_DIR / "zh_en_int8.yaml")
-        .read_text()
-        .replace("responseTimeout: 60", "responseTimeout: 2")
-        .replace("max_decode_tokens_per_request: 8192", "max_decode_tokens_per_request: 32768")
-    )
-    assert "32768" in yaml
+    yaml = (CONFIG_DIR / "zh_en_int8.yaml").read_text().replace("responseTimeout: 120", "responseTimeout: 2")
+    assert "responseTimeout: 2\n" in yaml
     (config_dir / "zh_en_int8.yaml").write_text(yaml)
     store = tmp_path / "store"
     build_archive(ArchiveSpec("int8", tiny_model_dir, store, config_dir), model_digest(tiny_model_dir))

@@ -195,17 +195,17 @@ def test_a_mixed_batch_answers_each_request_in_its_protocol(
         {"body": {"text": "你好"}},
         {"body": v2("你好", "谢谢", "一", "二", "三")},  # over max_texts_per_request (4)
         {"body": {"instances": [3]}},
-        {"body": v2("甲乙丙丁戊" * 200)},  # over the model's 512 tokens: raised after parsing, by encode
+        {"body": v2("ありがとうございます")},  # Japanese: refused after parsing, by the sentence planner
     ]
     context = make_context(tiny_model_dir, "int8", len(batch))
     responses = handler.handle(batch, context)
     statuses = [context.get_response_status(i)[0] for i in range(len(batch))]
-    assert statuses == [200, 200, 200, 413, 400, 413]
+    assert statuses == [200, 200, 200, 413, 400, 422]
     assert responses[0]["id"] == "a" and responses[0]["outputs"][0]["shape"] == [2]
     assert responses[0]["parameters"]["standin"] is True and "notice" in responses[0]["parameters"]
     assert len(responses[1]["predictions"]) == 1 and responses[1]["standin"] is True
     assert isinstance(responses[2]["translation"], str)
     assert set(responses[3]) == {"error"} and "max_texts_per_request (4)" in responses[3]["error"]
     assert "instances[0]" in responses[4]["error"]
-    assert set(responses[5]) == {"error"} and "token" in responses[5]["error"], responses[5]
+    assert set(responses[5]) == {"error"} and "Japanese" in responses[5]["error"], responses[5]
     json.dumps(responses)
