@@ -11,7 +11,9 @@ Rules (bench/splitters.py measures them against pysbd and sentencex):
   . ! ? ; where they end a sentence (followed by a space, the line's end or a CJK character; a
   "." also not between digits, as in 3.5), and after any closing quotes that follow;
 - never inside a matched pair of quotes or brackets (《》「」『』“”‘’（）【】〔〕() [] {}):
-  a ！ in a book title or a 。 inside a quotation does not split. An opener without its closer
+  a ！ in a book title or a 。 inside a quotation does not split. A quotation and the words
+  after it stay one sentence (「好。」她说。: "she said" belongs to its quote); only where one
+  finished quotation is directly followed by another (“还要吗？”“不了。”) do they split. An opener without its closer
   on the same line is ignored, so one stray 《 cannot glue a paragraph together.
 """
 
@@ -36,6 +38,7 @@ PAIRS = {
     "{": "}",
 }
 CLOSERS = frozenset(PAIRS.values()) | {'"', "'"}
+QUOTE_OPENERS = frozenset("“‘「『\"")
 CJK_TERMINATORS = frozenset("。！？；…｡")
 ASCII_TERMINATORS = frozenset(".!?;")
 LINE_BREAK = re.compile(r"\r\n|\n|\r|\u2028|\u2029")
@@ -121,6 +124,8 @@ def _sentence_ends(body: str) -> list[int]:
     index = 0
     while index < len(body):
         char = body[index]
+        if _quotation_meets_quotation(body, index, inside):
+            ends.append(index + 1)
         if inside[index] or not _terminates(body, index):
             index += 1
             continue
@@ -133,6 +138,18 @@ def _sentence_ends(body: str) -> list[int]:
             ends.append(end)
         index = end
     return ends
+
+
+def _quotation_meets_quotation(body: str, index: int, inside: list[bool]) -> bool:
+    """“还要咖啡吗？”“不了。”: a quotation that ends a sentence, then the next one opens."""
+    return (
+        not inside[index]
+        and body[index] in CLOSERS
+        and index > 0
+        and (body[index - 1] in CJK_TERMINATORS or body[index - 1] in ASCII_TERMINATORS)
+        and index + 1 < len(body)
+        and body[index + 1] in QUOTE_OPENERS
+    )
 
 
 def _terminates(body: str, index: int) -> bool:

@@ -16,6 +16,7 @@ HARD_CASES = [
     # Nor does a 。 inside a quotation; the closing quote stays with its sentence.
     ("他说：“我很好。你呢？”我没回答。", ["他说：“我很好。你呢？”我没回答。"]),
     ("「好。」她说。她走了。", ["「好。」她说。", "她走了。"]),
+    ('他说："好。""不。"', ['他说："好。"', '"不。"']),
     ("他问：“真的吗？”", ["他问：“真的吗？”"]),
     ("（注：见上文。）下一句。", ["（注：见上文。）下一句。"]),
     # Decimal numbers and ASCII dots inside Latin words.
