@@ -13,8 +13,10 @@ Rules (bench/splitters.py measures them against pysbd and sentencex):
 - never inside a matched pair of quotes or brackets (《》「」『』“”‘’（）【】〔〕() [] {}):
   a ！ in a book title or a 。 inside a quotation does not split. A quotation and the words
   after it stay one sentence (「好。」她说。: "she said" belongs to its quote); only where one
-  finished quotation is directly followed by another (“还要吗？”“不了。”) do they split. An opener without its closer
-  on the same line is ignored, so one stray 《 cannot glue a paragraph together.
+  finished quotation is directly followed by another (“还要吗？”“不了。”) do they split.
+  An opener without its closer on the same line is ignored, so one stray 《 cannot glue a
+  paragraph together;
+- a "." after an abbreviation (Mr. Dr. etc.) or an initial (J. K. Rowling) ends nothing.
 """
 
 from __future__ import annotations
@@ -38,9 +40,12 @@ PAIRS = {
     "{": "}",
 }
 CLOSERS = frozenset(PAIRS.values()) | {'"', "'"}
-QUOTE_OPENERS = frozenset("“‘「『\"")
+QUOTE_OPENERS = frozenset('“‘「『"')
 CJK_TERMINATORS = frozenset("。！？；…｡")
 ASCII_TERMINATORS = frozenset(".!?;")
+ABBREVIATIONS = frozenset(
+    ["Mr", "Mrs", "Ms", "Dr", "Prof", "St", "Jr", "Sr", "vs", "etc", "No", "Vol", "Fig"]
+)
 LINE_BREAK = re.compile(r"\r\n|\n|\r|\u2028|\u2029")
 CJK = re.compile(r"[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef]")
 
@@ -161,6 +166,11 @@ def _terminates(body: str, index: int) -> bool:
     if char == "." and index > 0 and body[index - 1].isdigit():
         following = body[index + 1 : index + 2]
         if following.isdigit():  # 3.5, 1.2.3
+            return False
+    if char == ".":
+        word = re.search(r"[A-Za-z]+$", body[:index])
+        # Mr. Smith, Dr. Li, J. K. Rowling: an abbreviation or an initial, not a sentence end.
+        if word and (word.group() in ABBREVIATIONS or (len(word.group()) == 1 and word.group().isupper())):
             return False
     return True
 
