@@ -1,0 +1,111 @@
+"""Requests through plan -> decode (with the sentence cache) -> answer, on the tiny stand-in.
+
+The cache is a faster path, so it must give exactly what decoding gives: checked here on the
+lively stand-in (whose output depends on its input) with the cache on and off.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from handlers.handler_config import HandlerConfig
+from handlers.request_parsing import GenerationOptions, InvalidRequest, TranslationRequest
+from handlers.sentence_cache import SentenceCache
+from handlers.sentence_work import RequestWork, SentenceDecoder, answer, plan_request
+from handlers.translator import Translator
+
+ARTICLE = (
+    "汤姆不会同意的。汤姆和他的朋友们在公园喝醉了！\n\n是那家。汤姆不会同意的。\nSee https://example.com."
+)
+
+
+@pytest.fixture(scope="module")
+def translator(lively_model_dir: Path) -> Translator:
+    return Translator.load(lively_model_dir, HandlerConfig(variant="int8", warmup=False, max_input_tokens=12))
+
+
+def request(*texts: str, **options: int) -> TranslationRequest:
+    return TranslationRequest(texts, True, GenerationOptions(**options), want_sentences=True)
+
+
+def run(decoder: SentenceDecoder, *requests: TranslationRequest) -> list[RequestWork]:
+    works = [plan_request(each, decoder.translator) for each in requests]
+    decoder.decode_batch(works)
+    return works
+
+
+def test_the_cache_answers_exactly_what_decoding_gives(translator: Translator) -> None:
+    cold = SentenceDecoder(translator, SentenceCache(0, 0), "m")
+    warm = SentenceDecoder(translator, SentenceCache(1000, 10**7), "m")
+    for options in ({}, {"num_beams": 1}):
+        expected = answer(run(cold, request(ARTICLE, **options))[0], 12)
+        first = answer(run(warm, request(ARTICLE, **options))[0], 12)
+        second = answer(run(warm, request(ARTICLE, **options))[0], 12)
+        assert first["translations"] == expected["translations"] == second["translations"]
+        assert second["stats"]["cached"] == second["stats"]["translated"] > 0
+        assert first["stats"]["cached"] == 0
+
+
+def test_a_sentence_repeated_in_a_batch_is_decoded_once(translator: Translator) -> None:
+    decoder = SentenceDecoder(translator, SentenceCache(1000, 10**7), "m")
+    before = translator.generated_tokens
+    counts = decoder.decode_batch([plan_request(request("是那家。"), translator) for _ in range(3)])
+    once = translator.generated_tokens - before
+    assert (counts.cache_hits, counts.cache_misses, counts.sentences) == (0, 3, 3)
+    before = translator.generated_tokens
+    SentenceDecoder(translator, SentenceCache(0, 0), "n").decode_batch(
+        [plan_request(request("是那家。"), translator)]
+    )
+    assert translator.generated_tokens - before == once
+
+
+def test_cache_keys_separate_decode_options_and_models(translator: Translator) -> None:
+    cache = SentenceCache(1000, 10**7)
+    beam4 = answer(run(SentenceDecoder(translator, cache, "m"), request("是那家。"))[0], 12)
+    greedy = answer(run(SentenceDecoder(translator, cache, "m"), request("是那家。", num_beams=1))[0], 12)
+    other = answer(run(SentenceDecoder(translator, cache, "other"), request("是那家。"))[0], 12)
+    assert beam4["stats"]["cached"] == greedy["stats"]["cached"] == other["stats"]["cached"] == 0
+
+
+def test_an_over_long_sentence_is_cut_translated_whole_and_flagged(translator: Translator) -> None:
+    long = "汤姆和他的朋友们在公园喝醉了，汤姆和他的朋友们在公园喝醉了，汤姆不会同意的。"
+    work = run(SentenceDecoder(translator, SentenceCache(0, 0), "m"), request(long))[0]
+    assert len(work.chunks[0]) > 1 and all(len(chunk) <= 12 for chunk in work.chunks[0])
+    body = answer(work, 12)
+    assert [warning["code"] for warning in body["warnings"]] == ["sentence_cut"]
+    assert body["sentences"][0][0]["source"] == long
+
+
+def test_answer_reports_pairs_untranslated_texts_and_stats(translator: Translator) -> None:
+    work = run(SentenceDecoder(translator, SentenceCache(0, 0), "m"), request(ARTICLE, "Only English."))[0]
+    body = answer(work, 12)
+    assert body["untranslated"] == [1]
+    assert body["translations"][1] == "Only English."
+    assert body["stats"] == {"sentences": 6, "translated": 4, "cached": 0}
+    sources = [pair["source"] for pair in body["sentences"][0]]
+    assert sources == [
+        "汤姆不会同意的。",
+        "汤姆和他的朋友们在公园喝醉了！",
+        "是那家。",
+        "汤姆不会同意的。",
+        "See https://example.com.",
+    ]
+    assert body["translations"][0].count("\n") == ARTICLE.count("\n")
+
+
+def test_limits_are_checked_when_planning(translator: Translator) -> None:
+    small = Translator(
+        translator.model,
+        translator.tokenizer,
+        HandlerConfig(max_sentences_per_request=3),
+        translator.info,
+        translator.decoder,
+    )
+    with pytest.raises(InvalidRequest) as raised:
+        plan_request(request("一。二。三。四。"), small)
+    assert raised.value.status == 413 and "max_sentences_per_request (3)" in raised.value.message
+    with pytest.raises(InvalidRequest) as raised:
+        plan_request(request("ありがとうございます"), translator)
+    assert raised.value.status == 422 and raised.value.message.startswith("text 0 looks like Japanese")
