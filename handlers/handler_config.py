@@ -50,6 +50,10 @@ class HandlerConfig:
     max_chars_per_text: int = 5000
     max_chars_per_request: int = 20000
     max_sentences_per_request: int = 1000
+    # What one TorchServe batch may decode. Requests past it get a 503 with Retry-After instead of
+    # pushing the whole batch past responseTimeout (16 requests of 1000 sentences would take
+    # many minutes, and then every one of them would fail). The first request always fits.
+    max_sentences_per_batch: int = 1000
     # The model's positional limit per decoded sentence; a longer sentence is cut, never truncated.
     max_input_tokens: int = MODEL_MAX_TOKENS
     max_beams: int = 8
@@ -79,6 +83,7 @@ class HandlerConfig:
         _require(self.max_chars_per_text >= 1, "max_chars_per_text must be >= 1")
         _require(self.max_chars_per_request >= 1, "max_chars_per_request must be >= 1")
         _require(self.max_sentences_per_request >= 1, "max_sentences_per_request must be >= 1")
+        _require(self.max_sentences_per_batch >= 1, "max_sentences_per_batch must be >= 1")
         _require(self.sentence_cache_entries >= 0, "sentence_cache_entries must be >= 0")
         _require(self.sentence_cache_bytes >= 0, "sentence_cache_bytes must be >= 0")
         _require(

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from handlers.protocols import NATIVE, Envelope
 from handlers.request_parsing import InvalidRequest
-from handlers.sentence_work import RequestWork
+from handlers.sentence_work import BatchFull, RequestWork
 
 
 @dataclass
@@ -21,3 +21,19 @@ class Job:
     error: InvalidRequest | None = None
     # How the request came in (native, v1, v2): its answer, or its error, is wrapped to match.
     protocol: Envelope = NATIVE
+
+
+def admit_within(jobs: list[Job], max_sentences: int) -> None:
+    """In arrival order, jobs whose sentences would take the batch past max_sentences get a 503.
+
+    The first job with work is always admitted: its own limit (max_sentences_per_request) bounds it.
+    """
+    queued = 0
+    for job in jobs:
+        if job.work is None:
+            continue
+        sentences = len(job.work.chunks)
+        if queued and queued + sentences > max_sentences:
+            job.work, job.error = None, BatchFull(queued, max_sentences)
+            continue
+        queued += sentences

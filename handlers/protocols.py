@@ -84,10 +84,10 @@ def wrap_response(envelope: Envelope, body: Mapping[str, Any]) -> dict[str, Any]
     return response
 
 
-def error_body(envelope: Envelope, status: int, message: str) -> dict[str, Any]:
+def error_body(envelope: Envelope, status: int, message: str, kind: str = "InvalidRequest") -> dict[str, Any]:
     """The error in the protocol's shape: v1 and v2 both use {"error": message}."""
     if envelope.name == "native":
-        return {"code": status, "type": "InvalidRequest", "message": message}
+        return {"code": status, "type": kind, "message": message}
     return {"error": message}
 
 

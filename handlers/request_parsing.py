@@ -28,6 +28,9 @@ TEXT_FORMATS: tuple[str, ...] = get_args(TextFormat)
 class InvalidRequest(Exception):
     """A client error: carries the HTTP status and a message that names the problem."""
 
+    kind = "InvalidRequest"  # the "type" of the JSON error
+    retry_after: int | None = None  # seconds, sent as Retry-After
+
     def __init__(self, message: str, status: int = 400, protocol: Envelope | None = None) -> None:
         super().__init__(message)
         self.message = message

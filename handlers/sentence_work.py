@@ -20,6 +20,20 @@ from handlers.sentence_cache import CacheKey, SentenceCache, cache_key
 from handlers.translator import Translator
 
 
+class BatchFull(InvalidRequest):
+    """Not the client's fault: this batch already holds all the sentences it may decode."""
+
+    kind = "Busy"
+    retry_after = 1
+
+    def __init__(self, queued: int, limit: int) -> None:
+        super().__init__(
+            f"the server is busy: this batch already holds {queued} sentences "
+            f"(max_sentences_per_batch {limit}); retry shortly",
+            status=503,
+        )
+
+
 @dataclass
 class RequestWork:
     """A request's documents and, per sentence to decode (in document order), its token-id chunks."""

@@ -19,7 +19,7 @@ from ts.metrics.dimension import Dimension
 from ts.torch_handler.base_handler import BaseHandler
 
 from handlers.handler_config import HandlerConfig
-from handlers.jobs import Job
+from handlers.jobs import Job, admit_within
 from handlers.protocols import NATIVE, error_body, wrap_response
 from handlers.request_parsing import InvalidRequest, parse_request
 from handlers.sentence_cache import SentenceCache
@@ -66,7 +66,10 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         self.initialized = True
 
     def preprocess(self, data: list[dict[str, Any]]) -> list[Job]:
-        return [self._prepare(item) for item in data]
+        assert self.translator is not None
+        jobs = [self._prepare(item) for item in data]
+        admit_within(jobs, self.translator.config.max_sentences_per_batch)
+        return jobs
 
     def inference(self, jobs: list[Job], *args: Any, **kwargs: Any) -> list[Job]:
         """Every sentence of every valid request together: the cache first, the rest in decode units."""
@@ -95,7 +98,9 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
             assert job.error is not None
             # The standard reason phrase: the message (which may quote client input) stays in the body.
             self.context.set_response_status(job.error.status, HTTPStatus(job.error.status).phrase, index)
-            return error_body(job.protocol, job.error.status, job.error.message)
+            if job.error.retry_after is not None:
+                self.context.set_response_header(index, "Retry-After", str(job.error.retry_after))
+            return error_body(job.protocol, job.error.status, job.error.message, job.error.kind)
         body = answer(job.work, self.translator.config.max_input_tokens)
         return wrap_response(job.protocol, {**body, **self.identity})
 

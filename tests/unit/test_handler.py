@@ -7,14 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import ts
 from ts.context import Context, RequestProcessor
 from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
 
 from handlers.zh_en_handler import TranslationHandler
 
 MANIFEST = {"model": {"modelName": "zh_en", "modelVersion": "1.0-int8"}}
-METRICS_CONFIG = Path(ts.__file__).parent / "configs" / "metrics.yaml"
+METRICS_CONFIG = Path(__file__).resolve().parents[2] / "config" / "metrics.yaml"
 
 
 def make_context(model_dir: Path, variant: str, batch: int, **handler_keys: Any) -> Context:
@@ -115,3 +114,20 @@ def test_request_over_the_decode_budget_is_413_and_names_the_limit(tiny_model_di
     assert [context.get_response_status(i)[0] for i in range(2)] == [200, 413]
     assert "72 decode steps" in responses[1]["message"]
     assert "max_decode_tokens_per_request (64)" in responses[1]["message"]
+
+
+def test_sentences_past_the_batch_budget_get_503_busy_and_the_rest_is_answered(tiny_model_dir: Path) -> None:
+    handler = TranslationHandler()
+    handler.initialize(make_context(tiny_model_dir, "int8", 1, max_sentences_per_batch=5))
+    batch = [
+        {"body": {"text": "一。二。三。四。", "num_beams": 1}},  # 4 sentences: admitted
+        {"body": {"text": "五。六。", "num_beams": 1}},  # 4 + 2 > 5: busy
+        {"body": {"text": "七。", "num_beams": 1}},  # 4 + 1 = 5: admitted
+        {"body": {"text": ""}},  # a client error stays a client error
+    ]
+    responses, context = run(handler, tiny_model_dir, batch)
+    statuses = [context.get_response_status(i)[0] for i in range(len(batch))]
+    assert statuses == [200, 503, 200, 400]
+    assert responses[1]["type"] == "Busy" and "max_sentences_per_batch 5" in responses[1]["message"]
+    assert context.get_response_headers(1)["Retry-After"] == "1"
+    assert responses[0]["stats"]["translated"] == 4 and responses[2]["stats"]["translated"] == 1
