@@ -1,0 +1,427 @@
+"""Offline validation of deploy/kubernetes (kustomize) and deploy/kserve (InferenceService).
+
+No cluster runs here. These tests render every kustomization with `kubectl kustomize`, check the
+core kinds against Kubernetes' own schemas in strict mode (kubernetes-validate, bundled, offline),
+lint every YAML file under deploy/, and hold the manifests to the facts they rest on: the image
+(Dockerfile), the pod's TorchServe config, the archive names archive/build.py writes, the worker
+layout in config/zh_en_*.yaml and the measured memory per worker.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes_validate import utils as kubernetes_validate
+from yamllint import linter
+from yamllint.config import YamlLintConfig
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+KUBERNETES = DEPLOY / "kubernetes"
+KSERVE = DEPLOY / "kserve"
+POD_CONFIG = REPO / "config" / "config.kubernetes.properties"
+PRODUCTION_CONFIG = REPO / "config" / "config.properties"
+POD_CONFIG_ARG = "config/config.kubernetes.properties"  # relative to the image's WORKDIR
+
+# Kustomizations and the variant each one serves (the base alone is the int8 layout).
+LAYOUTS = {"base": "int8", "overlays/int8": "int8", "overlays/fp32": "fp32"}
+CORE_KINDS = ["Deployment", "HorizontalPodAutoscaler", "NetworkPolicy", "PodDisruptionBudget", "Service"]
+# The kubectl on our machines (1.32) and the newest schema kubernetes-validate 1.37.0 bundles.
+KUBERNETES_VERSIONS = ("1.32.0", "1.37.0")
+IMAGE = "registry.example.com/zh-en-torchserve:1.0.0"
+
+# The only settings in which the pod config may differ from the production config, and why:
+# auth moves to the edge, and Prometheus scrapes the pod IP (deploy/KUBERNETES.md).
+POD_CHANGES = {"metrics_address": "http://0.0.0.0:8082", "disable_token_authorization": "true"}
+POD_DROPS = {"token_expiration_min"}  # meaningless without token authorization
+
+
+@dataclass(frozen=True)
+class WorkerMemory:
+    """Megabytes, measured: README "Measured" (steady state) and deploy/EC2.md section 4 (after load)."""
+
+    private_peak: int
+    file_backed: int
+
+
+MEASURED = {
+    "int8": WorkerMemory(private_peak=470, file_backed=398),
+    # fp32 under load was not measured: its 352 MB steady state plus int8's growth (342 -> 470 MB).
+    "fp32": WorkerMemory(private_peak=480, file_backed=340),
+}
+# The Java frontend at its heap cap (-Xmx512m) plus 150 MB outside the heap (measured: 214 MB RSS
+# with 61 MB of committed heap), and the torchserve launcher (15 MB RSS measured).
+FRONTEND_PEAK_MB = 512 + 150
+LAUNCHER_MB = 15
+HEADROOM = 1.10
+
+
+# ---------------------------------------------------------------- facts the manifests rest on
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+    return {key.strip(): value.strip() for key, value in pairs if not key.lstrip().startswith("#")}
+
+
+def model_config(variant: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((REPO / "config" / f"zh_en_{variant}.yaml").read_text())
+    return loaded
+
+
+def dockerfile(instruction: str) -> str:
+    """The last value of a Dockerfile instruction (WORKDIR, USER): what the running image has."""
+    values = re.findall(rf"^{instruction}\s+(\S+)\s*$", (REPO / "Dockerfile").read_text(), re.MULTILINE)
+    assert values, f"Dockerfile has no {instruction}"
+    return str(values[-1])
+
+
+def archive_names() -> set[str]:
+    """The archives `make archives` writes, read from archive/build.py (importing it loads torch)."""
+    tree = ast.parse((REPO / "archive" / "build.py").read_text())
+    constants = {
+        target.id: ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name) and target.id in ("MODEL_NAME", "VARIANTS")
+    }
+    mar_path = next(
+        node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name == "mar_path"
+    )
+    template = next(node for node in ast.walk(mar_path) if isinstance(node, ast.JoinedStr))
+    parts = [
+        ast.unparse(part.value) if isinstance(part, ast.FormattedValue) else ast.literal_eval(part)
+        for part in template.values
+    ]
+    assert parts == ["MODEL_NAME", "_", "self.variant", ".mar"], f"archive naming changed: {parts}"
+    return {f"{constants['MODEL_NAME']}_{variant}.mar" for variant in constants["VARIANTS"]}
+
+
+def megabytes(quantity: str) -> float:
+    units = {
+        "": 1e-6,
+        "k": 1e-3,
+        "M": 1.0,
+        "G": 1e3,
+        "Ki": 1024 / 1e6,
+        "Mi": 1024**2 / 1e6,
+        "Gi": 1024**3 / 1e6,
+    }
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(k|M|G|Ki|Mi|Gi|)", quantity)
+    assert match, f"unexpected memory quantity {quantity!r}"
+    return float(match.group(1)) * units[match.group(2)]
+
+
+def peak_memory_mb(variant: str) -> int:
+    workers = int(model_config(variant)["minWorkers"])
+    measured = MEASURED[variant]
+    return workers * measured.private_peak + measured.file_backed + FRONTEND_PEAK_MB + LAUNCHER_MB
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def kubectl() -> str:
+    """kubectl from PATH (it bundles kustomize); without it the rendering tests cannot run."""
+    found = shutil.which("kubectl")
+    if found is None:
+        pytest.skip("kubectl is not on PATH: install it as deploy/KUBERNETES.md says ('Offline validation')")
+    return found
+
+
+def kustomize(directory: Path) -> list[dict[str, Any]]:
+    result = subprocess.run(
+        [kubectl(), "kustomize", str(directory)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, f"kubectl kustomize {directory} failed:\n{result.stderr}"
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, list[dict[str, Any]]]:
+    return {layout: kustomize(KUBERNETES / layout) for layout in LAYOUTS}
+
+
+@pytest.fixture(scope="module")
+def inference_service() -> dict[str, Any]:
+    docs = kustomize(KSERVE)
+    assert [doc["kind"] for doc in docs] == ["InferenceService"]
+    return docs[0]
+
+
+def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    matches = [doc for doc in docs if doc["kind"] == kind]
+    assert len(matches) == 1, f"expected one {kind}, found {len(matches)}"
+    return matches[0]
+
+
+def container_of(deployment: dict[str, Any]) -> dict[str, Any]:
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    container: dict[str, Any] = containers[0]
+    return container
+
+
+def expanded_args(container: dict[str, Any]) -> list[str]:
+    """The container's args with $(VAR) references replaced from its env, as the kubelet does."""
+    env = {item["name"]: item["value"] for item in container.get("env", [])}
+    return [re.sub(r"\$\((\w+)\)", lambda match: env[match.group(1)], arg) for arg in container["args"]]
+
+
+def flag(args: list[str], name: str) -> str:
+    assert args.count(name) == 1, f"{name} must appear once in {args}"
+    return args[args.index(name) + 1]
+
+
+# ---------------------------------------------------------------- kustomize, schemas, lint
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_kustomization_renders_the_core_kinds(rendered: dict[str, list[dict[str, Any]]], layout: str) -> None:
+    assert sorted(doc["kind"] for doc in rendered[layout]) == CORE_KINDS
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_core_kinds_pass_strict_schema_validation(
+    rendered: dict[str, list[dict[str, Any]]], layout: str, version: str
+) -> None:
+    for doc in rendered[layout]:
+        try:
+            kubernetes_validate.validate(doc, version, strict=True)
+        except kubernetes_validate.ValidationError as error:
+            pytest.fail(f"{layout}: {doc['kind']} {doc['metadata']['name']} (Kubernetes {version}): {error}")
+
+
+def test_strict_validation_rejects_a_misspelt_field(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    deployment = copy.deepcopy(one(rendered["overlays/int8"], "Deployment"))
+    container_of(deployment)["readinessProbes"] = container_of(deployment).pop("readinessProbe")
+    with pytest.raises(kubernetes_validate.ValidationError, match="readinessProbes"):
+        kubernetes_validate.validate(deployment, KUBERNETES_VERSIONS[0], strict=True)
+
+
+def yaml_lint(text: str, path: Path) -> list[str]:
+    config = YamlLintConfig(file=str(DEPLOY / ".yamllint"))
+    return [f"{path}:{p.line}:{p.column} {p.message} ({p.rule})" for p in linter.run(text, config, str(path))]
+
+
+def test_every_yaml_file_under_deploy_passes_yamllint() -> None:
+    files = sorted([*DEPLOY.rglob("*.yaml"), *DEPLOY.rglob("*.yml")])
+    assert len(files) >= 10, files  # the manifests really were found
+    problems = [problem for path in files for problem in yaml_lint(path.read_text(), path)]
+    assert not problems, "\n".join(problems)  # warnings count too, as `yamllint --strict`
+
+
+def test_yamllint_config_rejects_ambiguous_booleans_and_long_lines() -> None:
+    text = "enabled: yes\nnote: " + "x" * 120 + "\n"
+    rules = {problem.rsplit("(", 1)[1] for problem in yaml_lint(text, Path("sample.yaml"))}
+    assert rules == {"truthy)", "line-length)"}
+
+
+# ---------------------------------------------------------------- the pod config
+
+
+def test_pod_config_keeps_management_on_loopback_and_urls_locked() -> None:
+    pod = read_properties(POD_CONFIG)
+    assert pod["management_address"] == "http://127.0.0.1:8081"
+    assert pod["grpc_inference_address"] == pod["grpc_management_address"] == "127.0.0.1"
+    assert pod["inference_address"] == "http://0.0.0.0:8080"
+    assert pod["allowed_urls"] == read_properties(PRODUCTION_CONFIG)["allowed_urls"]
+    for url in (
+        "https://example.com/zh_en_int8.mar",
+        "http://127.0.0.1/zh_en_int8.mar",
+        "file:///srv/zh_en/model_store/zh_en_int8.mar",
+        "file:///etc/passwd",
+    ):
+        assert not any(re.fullmatch(pattern, url) for pattern in pod["allowed_urls"].split(",")), url
+    assert pod["enable_envvars_config"] == "false"
+    assert pod["disable_token_authorization"] == "true"  # auth is at the edge
+    assert pod["metrics_mode"] == "prometheus"  # else /metrics is not Prometheus text
+
+
+def test_pod_config_differs_from_production_only_where_kubernetes_needs_it() -> None:
+    production, pod = read_properties(PRODUCTION_CONFIG), read_properties(POD_CONFIG)
+    assert set(pod) == set(production) - POD_DROPS
+    drift = {
+        key: (production[key], pod[key])
+        for key in pod
+        if key not in POD_CHANGES and pod[key] != production[key]
+    }
+    assert not drift, f"pod config drifted from config/config.properties: {drift}"
+    assert {key: pod[key] for key in POD_CHANGES} == POD_CHANGES
+
+
+# ---------------------------------------------------------------- the pod, in both manifests
+
+
+def check_torchserve_container(
+    container: dict[str, Any], volumes: list[dict[str, Any]], variant: str
+) -> None:
+    """What any pod running our image must get right, in a Deployment or an InferenceService."""
+    args = expanded_args(container)
+    assert container["workingDir"] == dockerfile("WORKDIR")
+    assert container["command"] == [f"{dockerfile('WORKDIR')}/.venv/bin/torchserve"]
+    assert {"--start", "--foreground", "--ncs"} <= set(args)
+    assert flag(args, "--ts-config") == POD_CONFIG_ARG and (REPO / POD_CONFIG_ARG).is_file()
+    assert flag(args, "--model-store") == read_properties(POD_CONFIG)["model_store"] == "model_store"
+    assert flag(args, "--models") == f"zh_en_{variant}.mar"
+    assert flag(args, "--models") in archive_names()
+    assert "TS_CONFIG_FILE" not in {item["name"] for item in container.get("env", [])}  # beats --ts-config
+
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+    mounts = {mount["mountPath"]: mount["name"] for mount in container["volumeMounts"]}
+    assert set(mounts) == {"/tmp", f"{dockerfile('WORKDIR')}/logs"}  # the only places TorchServe writes
+    empty_dirs = {volume["name"] for volume in volumes if "emptyDir" in volume}
+    assert set(mounts.values()) <= empty_dirs
+
+    resources = container["resources"]
+    layout = model_config(variant)
+    cores = int(layout["minWorkers"]) * int(layout["handler"]["threads"])
+    assert int(resources["requests"]["cpu"]) == cores
+    memory = megabytes(resources["requests"]["memory"])
+    assert resources["limits"]["memory"] == resources["requests"]["memory"]
+    peak = peak_memory_mb(variant)
+    assert HEADROOM * peak <= memory <= 1.5 * peak, f"{variant}: {memory:.0f} MB for a {peak} MB peak"
+
+
+def check_probe(probe: dict[str, Any], port: int) -> None:
+    assert probe["httpGet"]["path"] == "/ping"
+    assert "httpHeaders" not in probe["httpGet"]  # no token: token authorization is off in the pod
+    assert probe["httpGet"]["port"] in (port, "http")
+
+
+def startup_budget_s(variant: str) -> int:
+    return int(model_config(variant)["startupTimeout"])
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_deployment_pod(rendered: dict[str, list[dict[str, Any]]], layout: str) -> None:
+    variant = LAYOUTS[layout]
+    deployment = one(rendered[layout], "Deployment")
+    spec, pod = deployment["spec"], deployment["spec"]["template"]["spec"]
+    container = container_of(deployment)
+    check_torchserve_container(container, pod["volumes"], variant)
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == int(dockerfile("USER"))
+    assert pod["automountServiceAccountToken"] is False
+    assert container["image"] == IMAGE
+
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert ports == {"http": 8080, "metrics": 8082}
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        check_probe(container[probe], ports["http"])
+    startup = container["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= startup_budget_s(variant)
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == str(ports["metrics"])
+
+    # Rollouts: a new pod is Ready before an old one goes; in-flight requests may finish.
+    assert "replicas" not in spec  # the HPA owns it
+    assert spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    assert pod["terminationGracePeriodSeconds"] >= int(model_config(variant)["responseTimeout"])
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_scaling_and_disruption(rendered: dict[str, list[dict[str, Any]]], layout: str) -> None:
+    docs = rendered[layout]
+    deployment, hpa, pdb = (
+        one(docs, kind) for kind in ("Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget")
+    )
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": deployment["metadata"]["name"],
+    }
+    assert 2 <= hpa["spec"]["minReplicas"] < hpa["spec"]["maxReplicas"]
+    assert [metric["resource"]["name"] for metric in hpa["spec"]["metrics"]] == ["cpu"]
+    assert pdb["spec"]["maxUnavailable"] < hpa["spec"]["minReplicas"]
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    for selector in (deployment["spec"]["selector"]["matchLabels"], pdb["spec"]["selector"]["matchLabels"]):
+        assert selector.items() <= pod_labels.items()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_only_the_inference_port_is_reachable(rendered: dict[str, list[dict[str, Any]]], layout: str) -> None:
+    docs = rendered[layout]
+    deployment, service, policy = (one(docs, kind) for kind in ("Deployment", "Service", "NetworkPolicy"))
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert [(port["port"], port["targetPort"]) for port in service["spec"]["ports"]] == [(8080, "http")]
+
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert sorted(policy["spec"]["policyTypes"]) == ["Egress", "Ingress"]
+    assert policy["spec"]["egress"] == []  # the model is in the image: the pod calls nothing
+    admitted = {
+        rule["ports"][0]["port"]: rule["from"]
+        for rule in policy["spec"]["ingress"]
+        if len(rule["ports"]) == 1
+    }
+    assert len(admitted) == len(policy["spec"]["ingress"]), "one port per rule"
+    # A rule without `from` would admit every pod in the cluster; only the gateway and Prometheus.
+    assert admitted == {
+        8080: [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}],
+        8082: [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
+    }
+
+
+def test_the_two_variants_can_run_side_by_side(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """The canary without KServe: both stacks in one namespace, neither selecting the other's pods."""
+    int8, fp32 = rendered["overlays/int8"], rendered["overlays/fp32"]
+    assert not {doc["metadata"]["name"] for doc in int8} & {doc["metadata"]["name"] for doc in fp32}
+    for mine, other in ((int8, fp32), (fp32, int8)):
+        selector = one(mine, "Service")["spec"]["selector"]
+        other_pods = one(other, "Deployment")["spec"]["template"]["metadata"]["labels"]
+        assert not selector.items() <= other_pods.items()
+
+
+# ---------------------------------------------------------------- KServe
+
+
+def test_inference_service(inference_service: dict[str, Any]) -> None:
+    assert inference_service["apiVersion"] == "serving.kserve.io/v1beta1"
+    annotations: Mapping[str, str] = inference_service["metadata"]["annotations"]
+    assert annotations["serving.kserve.io/deploymentMode"] == "Serverless"  # canary needs revisions
+    predictor = inference_service["spec"]["predictor"]
+    containers = predictor["containers"]
+    assert [container["name"] for container in containers] == ["kserve-container"]
+    container = containers[0]
+    assert container["image"] == IMAGE
+    check_torchserve_container(container, predictor["volumes"], "int8")
+    assert container["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["runAsUser"] == int(dockerfile("USER"))
+
+    # protocolVersion of a custom container is its PROTOCOL variable; a protocolVersion key on
+    # the predictor is not part of PredictorSpec and would never reach KServe.
+    assert {item["name"]: item["value"] for item in container["env"]}["PROTOCOL"] == "v2"
+    assert "protocolVersion" not in predictor
+
+    ports = [port["containerPort"] for port in container["ports"]]
+    assert ports == [8080]  # Knative allows one port
+    check_probe(container["readinessProbe"], 8080)
+    liveness = container["livenessProbe"]
+    check_probe(liveness, 8080)
+    assert liveness["initialDelaySeconds"] >= startup_budget_s("int8")
+    resources = container["resources"]
+    assert resources["limits"] == resources["requests"]  # else KServe fills in its defaults
+
+    layout = model_config("int8")
+    assert 2 <= predictor["minReplicas"] < predictor["maxReplicas"]
+    assert predictor["scaleMetric"] == "concurrency"
+    assert predictor["scaleTarget"] == int(layout["minWorkers"]) * int(layout["batchSize"])
+    assert 0 < predictor["canaryTrafficPercent"] < 100
+    assert predictor["timeout"] >= int(layout["responseTimeout"])
+    assert predictor["annotations"]["prometheus.kserve.io/port"] == "8082"
