@@ -1,0 +1,68 @@
+"""docs/openapi.yaml against a live server: schemathesis generates requests from the spec, bounded.
+
+Checks: no 5xx, and every response is one the spec documents (status code, content type, body
+schema). After the run the server must still be healthy and translate.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import requests
+import schemathesis
+from schemathesis.checks import (
+    content_type_conformance,
+    not_a_server_error,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from serving.client import read_key
+from serving.server import TorchServe
+from tests.unit.test_openapi_spec import SPEC, validator
+
+pytestmark = pytest.mark.e2e
+
+SPEC_PATH = Path(__file__).resolve().parents[2] / "docs" / "openapi.yaml"
+# Bounded: a fixed seed and example budget, no stateful phase (the API has no resources to link),
+# no example database (every run the same, nothing written to .hypothesis/).
+CONFIG = schemathesis.Config.from_dict(
+    {
+        "seed": 20261122,
+        "generation": {"max-examples": 25, "database": "none"},
+        "phases": {"stateful": {"enabled": False}},
+    }
+)
+schema = schemathesis.openapi.from_path(SPEC_PATH, config=CONFIG)
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+
+
+def auth(server: TorchServe) -> dict[str, str]:
+    return {"Authorization": f"Bearer {read_key(server.key_file, 'inference')}"}
+
+
+@schema.parametrize()
+def test_the_server_keeps_the_contract(case: schemathesis.Case, server: TorchServe) -> None:
+    case.call_and_validate(
+        base_url=server.client.endpoints.inference, headers=auth(server), checks=CHECKS, timeout=120
+    )
+
+
+def test_the_server_is_healthy_after_the_run(server: TorchServe) -> None:
+    assert server.client.ping().json() == {"status": "Healthy"}
+    response = server.client.translate("汤姆不会同意的")
+    assert response.status_code == 200 and response.json()["translation"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path"), [(method.upper(), path) for path, item in SPEC["paths"].items() for method in item]
+)
+def test_without_the_key_every_route_answers_the_documented_400(
+    server: TorchServe, method: str, path: str
+) -> None:
+    url = server.client.endpoints.inference + path.replace("{version}", "1.0-int8")
+    response = requests.request(method, url, json={"text": "你好"}, timeout=30)
+    assert response.status_code == 400 and "400" in SPEC["paths"][path][method.lower()]["responses"]
+    validator("components/schemas/Error").validate(response.json())
+    assert response.json()["type"] == "InvalidKeyException"
