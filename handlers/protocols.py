@@ -119,13 +119,7 @@ def _texts_of_tensor(tensor: Any) -> list[str]:
     if not isinstance(tensor, dict):
         raise ProtocolError(f"inputs[0] must be a tensor object, got {type(tensor).__name__}")
     _only_keys(tensor, V2_TENSOR_KEYS, "inputs[0]")
-    missing = [key for key in ("name", "shape", "datatype", "data") if key not in tensor]
-    if missing:
-        raise ProtocolError(f"inputs[0] lacks {missing}")
-    if not isinstance(tensor["name"], str):
-        raise ProtocolError('inputs[0].name must be a string (for example "text")')
-    if tensor["datatype"] != "BYTES":
-        raise ProtocolError(f'inputs[0].datatype must be "BYTES" (texts), got {tensor["datatype"]!r}'[:200])
+    # Binary data first: it explains the missing "data" (tritonclient's default mode sends it raw).
     parameters = tensor.get("parameters", {})
     if not isinstance(parameters, dict):
         raise ProtocolError("inputs[0].parameters must be an object")
@@ -136,6 +130,13 @@ def _texts_of_tensor(tensor: Any) -> list[str]:
             'send the texts as JSON strings in "data" '
             "(tritonclient: set_data_from_numpy(..., binary_data=False))"
         )
+    missing = [key for key in ("name", "shape", "datatype", "data") if key not in tensor]
+    if missing:
+        raise ProtocolError(f"inputs[0] lacks {missing}")
+    if not isinstance(tensor["name"], str):
+        raise ProtocolError('inputs[0].name must be a string (for example "text")')
+    if tensor["datatype"] != "BYTES":
+        raise ProtocolError(f'inputs[0].datatype must be "BYTES" (texts), got {tensor["datatype"]!r}'[:200])
     data, shape = tensor["data"], tensor["shape"]
     if not isinstance(data, list):
         raise ProtocolError(f"inputs[0].data must be a list of strings, got {type(data).__name__}")

@@ -120,9 +120,25 @@ def _decode_body(body: Any) -> Any:
     if stripped.startswith(("{", "[")):
         try:
             return json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as error:
+        except json.JSONDecodeError as error:
+            header = _binary_v2_header(text, error)
+            if header is not None:
+                return header  # protocols refuses its binary tensors by name, in the v2 shape
+            raise InvalidRequest(f"request body is not valid JSON: {error}") from None
+        except RecursionError as error:
             raise InvalidRequest(f"request body is not valid JSON: {error}") from None
     return text
+
+
+def _binary_v2_header(text: str, error: json.JSONDecodeError) -> Any:
+    """tritonclient's default binary mode sends a JSON header, then raw tensor bytes after it."""
+    if error.msg != "Extra data":
+        return None
+    try:
+        header = json.loads(text[: error.pos])
+    except (json.JSONDecodeError, RecursionError):
+        return None
+    return header if isinstance(header, dict) and "inputs" in header else None
 
 
 def _texts_of(value: Any) -> tuple[tuple[str, ...], bool]:

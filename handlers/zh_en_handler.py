@@ -28,6 +28,8 @@ from handlers.translator import STANDIN_NOTICE, Translator
 
 logger = logging.getLogger(__name__)
 
+NO_EXPLANATIONS = "this model has no explanations; translate with /predictions, :predict or /infer"
+
 
 class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type hints
     def __init__(self) -> None:
@@ -77,6 +79,13 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         counts = self.sentences.decode_batch([job.work for job in jobs if job.work is not None])
         self._count(counts)
         return jobs
+
+    def explain_handle(self, jobs: list[Job], raw_data: Any) -> list[dict[str, Any]]:
+        """`:explain` routes reach the handler too; a translation model has nothing to explain."""
+        for job in jobs:
+            if job.work is not None:
+                job.work, job.error = None, InvalidRequest(NO_EXPLANATIONS, status=501)
+        return self.postprocess(jobs)
 
     def postprocess(self, jobs: list[Job]) -> list[dict[str, Any]]:
         return [self._respond(index, job) for index, job in enumerate(jobs)]

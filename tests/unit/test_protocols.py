@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ts.context import RequestProcessor
 
 from handlers.handler_config import HandlerConfig
 from handlers.protocols import (
@@ -209,3 +210,30 @@ def test_a_mixed_batch_answers_each_request_in_its_protocol(
     assert "instances[0]" in responses[4]["error"]
     assert set(responses[5]) == {"error"} and "Japanese" in responses[5]["error"], responses[5]
     json.dumps(responses)
+
+
+def test_tritonclient_binary_tensors_get_the_v2_hint(
+    handler: TranslationHandler, tiny_model_dir: Path
+) -> None:
+    """tritonclient's default binary mode: a JSON header, then the raw tensor bytes after it."""
+    header = {
+        "inputs": [
+            {"name": "text", "shape": [1], "datatype": "BYTES", "parameters": {"binary_data_size": 10}}
+        ]
+    }
+    body = json.dumps(header).encode() + b"\x06\x00\x00\x00" + "你好".encode()
+    context = make_context(tiny_model_dir, "int8", 1)
+    responses = handler.handle([{"body": body}], context)
+    assert context.get_response_status(0)[0] == 400
+    assert set(responses[0]) == {"error"} and "binary_data=False" in responses[0]["error"]
+
+
+def test_explain_routes_get_a_501_in_the_protocol_shape(
+    handler: TranslationHandler, tiny_model_dir: Path
+) -> None:
+    batch: list[dict[str, Any]] = [{"body": {"instances": ["你好"]}}, {"body": {"text": "你好"}}]
+    context = make_context(tiny_model_dir, "int8", len(batch))
+    context.request_processor[0] = RequestProcessor({"explain": "True"})
+    responses = handler.handle(batch, context)
+    assert [context.get_response_status(i)[0] for i in range(2)] == [501, 501]
+    assert "no explanations" in responses[0]["error"] and responses[1]["type"] == "InvalidRequest"
