@@ -12,18 +12,25 @@ import os
 import platform
 import random
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from archive.build import CONFIG_DIR, MODEL_NAME, ArchiveSpec, build_archive, model_digest
 from archive.model_source import resolve_model_dir
 from archive.tatoeba import REPO_ROOT, read_blocks
+from handlers.handler_config import HandlerConfig
 from handlers.translator import STANDIN_MARKER
 
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
 MODELS_DIR = REPO_ROOT / "build" / "models"
 DEFAULT_MODEL = "Helsinki-NLP/opus-mt-zh-en"
+# Every server benchmark but bench.cache_load runs cold: a sentence cache would answer the repeats
+# in its inputs (Locust draws with replacement, warm-ups resend measured bodies) without the model.
+CACHE_OFF: dict[str, Any] = {"sentence_cache_entries": 0}
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,25 @@ def sample_sentences(tokenizer: Any, count: int | None = None, seed: int = 0) ->
         blocks = random.Random(seed).sample(blocks, min(count, len(blocks)))
     lengths = [len(ids) for ids in tokenizer(text_target=[b.reference for b in blocks])["input_ids"]]
     return [Sentence(b.source, b.reference, n) for b, n in zip(blocks, lengths, strict=True)]
+
+
+def archive_with(
+    variant: str, model_dir: Path, workdir: Path, handler: Mapping[str, Any] = CACHE_OFF
+) -> tuple[Path, str]:
+    """`variant`'s archive packed into <workdir>/store with these handler keys set (default: cache off).
+
+    The rest of config/zh_en_<variant>.yaml is kept; returns (model store, archive name). Packing
+    takes a second or two (zip-store); the handler section is checked here, not in a worker.
+    """
+    config = yaml.safe_load((CONFIG_DIR / f"{MODEL_NAME}_{variant}.yaml").read_text())
+    config["handler"] = {**(config.get("handler") or {}), **handler}
+    HandlerConfig.from_mapping(config["handler"])
+    config_dir, store = workdir / "config", workdir / "store"
+    config_dir.mkdir(parents=True, exist_ok=True)
+    (config_dir / f"{MODEL_NAME}_{variant}.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    spec = ArchiveSpec(variant, model_dir, store, config_dir)
+    build_archive(spec, model_digest(model_dir))
+    return store, spec.mar_path.name
 
 
 def percentiles(seconds: Sequence[float]) -> dict[str, float]:

@@ -1,6 +1,6 @@
 """Operations under load, measured: version swaps and a killed worker.
 
-    python -m bench.faults [--model-store model_store] [--swap-seconds 60] [--concurrency 4]
+    python -m bench.faults [--model synthetic|hub id|dir] [--swap-seconds 60] [--concurrency 4]
 
 Starts a real TorchServe (production config, free local ports) serving zh_en_int8.mar, keeps a
 steady stream of requests going, and
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import write_result
+from bench.common import DEFAULT_MODEL, archive_with, load_model_dir, write_result
 from bench.steady_load import SteadyLoad
 from serving.client import MODEL_NAME, TorchServeClient
 from serving.server import TorchServe
@@ -84,11 +84,19 @@ def _say(message: str) -> None:
     print(f"  [swap] {message}", file=sys.stderr, flush=True)
 
 
+def cold_store(model_dir: Path, workdir: Path) -> Path:
+    """Both archives packed with the sentence cache off: the few texts repeat, and a cache would
+    answer them without the model, so swaps and kills would meet idle workers."""
+    for variant in ("fp32", "int8"):
+        store, _ = archive_with(variant, model_dir, workdir)
+    return store
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model-store", type=Path, default=Path("model_store"))
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="hub id, directory or synthetic")
     parser.add_argument("--swap-seconds", type=float, default=60.0)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--num-beams", type=int, default=1)
@@ -97,9 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     texts = ["汤姆不会同意的。", "我要看病。", "那个穿棕色大衣的女人是谁？", "如果今天是星期日，我會去釣魚。"]
     options = {"num_beams": args.num_beams, "max_new_tokens": args.max_new_tokens}
     result: dict[str, Any] = {"concurrency": args.concurrency, "options": options}
+    model_dir = Path(args.model) if Path(args.model).is_dir() else load_model_dir(args.model)
     with (
         tempfile.TemporaryDirectory(prefix="zh_en_faults_") as workdir,
-        TorchServe(args.model_store, Path(workdir)) as server,
+        TorchServe(cold_store(model_dir, Path(workdir)), Path(workdir) / "server") as server,
     ):
         endpoints = server.client.endpoints
         print(f"swapping versions for {args.swap_seconds:.0f}s under load ...", file=sys.stderr)

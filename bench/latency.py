@@ -1,7 +1,7 @@
 """The latency ladder: what each step of the playbook buys, measured in one run on the same sentences.
 
     python -m bench.latency [--model synthetic|hub id|dir] [--sentences 30] [--beams 1 4] [--http]
-                            [--model-store model_store] [--no-peer] [--quick] [--results-dir DIR]
+                            [--no-peer] [--quick] [--results-dir DIR]
 
 Rungs (1 intra-op thread each):
   1. fp32, every input padded to a fixed 128 tokens (the naive baseline)
@@ -9,6 +9,7 @@ Rungs (1 intra-op thread each):
   3. int8, dynamic shapes
   4. int8, dynamic shapes, batches of 16 padded to their longest (what server-side batching does)
   5. with --http: the same sentences one at a time through a real TorchServe serving the int8 archive
+     (packed from --model with the sentence cache off, so the rung runs cold)
   6. peer: CTranslate2 int8 on the same weights, one sentence at a time
   7. peer: CTranslate2 int8, batches of 16
   8. int8, one sentence, transformers' generate() (`decoder: generate`), what rung 3's fast decoder replaces
@@ -45,6 +46,7 @@ from bench.common import (
     DEFAULT_MODEL,
     RESULTS_DIR,
     Sentence,
+    archive_with,
     is_standin,
     load_model_dir,
     percentiles,
@@ -59,7 +61,6 @@ FIXED_LENGTH = 128
 BATCH = 16
 WARMUP = 2
 QUICK_SENTENCES = 16  # one full batch for rungs 4 and 7
-INT8_ARCHIVE = "zh_en_int8.mar"
 
 
 @dataclass(frozen=True)
@@ -253,28 +254,29 @@ def request_bodies(sentences: Sequence[Sentence], beams: int, standin: bool) -> 
     return bodies
 
 
-def measure_http(model_store: Path, sentences: list[Sentence], beams: int, standin: bool) -> dict[str, Any]:
-    """One request at a time through a real server started from the production config."""
+def measure_http(model_dir: Path, sentences: list[Sentence], beams: int, standin: bool) -> dict[str, Any]:
+    """One request at a time through a real server started from the production config.
+
+    It serves the int8 archive packed with the sentence cache off: the warm-up resends measured
+    bodies, which a cache would then answer without the model.
+    """
     from serving.server import TorchServe
 
-    if not (model_store / INT8_ARCHIVE).exists():
-        raise FileNotFoundError(f"{model_store / INT8_ARCHIVE} missing: build the archives first")
     bodies = request_bodies(sentences, beams, standin)
-    with (
-        tempfile.TemporaryDirectory(prefix="zh_en_latency_") as workdir,
-        TorchServe(model_store, Path(workdir), models=[INT8_ARCHIVE]) as server,
-    ):
-        loaded = workers_memory(ready_worker_pids(server))
-        for body in bodies[:WARMUP]:
-            _post(server, body)
-        seconds = []
-        started = time.perf_counter()
-        for body in bodies:
-            began = time.perf_counter()
-            _post(server, body)
-            seconds.append(time.perf_counter() - began)
-        total = time.perf_counter() - started
-        after = workers_memory(ready_worker_pids(server))
+    with tempfile.TemporaryDirectory(prefix="zh_en_latency_") as workdir:
+        store, archive = archive_with("int8", model_dir, Path(workdir))
+        with TorchServe(store, Path(workdir) / "server", models=[archive]) as server:
+            loaded = workers_memory(ready_worker_pids(server))
+            for body in bodies[:WARMUP]:
+                _post(server, body)
+            seconds = []
+            started = time.perf_counter()
+            for body in bodies:
+                began = time.perf_counter()
+                _post(server, body)
+                seconds.append(time.perf_counter() - began)
+            total = time.perf_counter() - started
+            after = workers_memory(ready_worker_pids(server))
     return {
         **percentiles(seconds),
         "sentences_per_s": round(len(sentences) / total, 2),
@@ -299,18 +301,18 @@ def run_ladder(
     model_dir: Path,
     sentences: list[Sentence],
     beams: int,
-    model_store: Path | None,
+    http: bool,
     converted: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """Every rung in order; `model_store` adds rung 5, `converted` (a CTranslate2 model) rungs 6 and 7."""
+    """Every rung in order; `http` adds rung 5, `converted` (a CTranslate2 model) rungs 6 and 7."""
     rungs = [
         *LADDER,
-        *([HTTP_RUNG] if model_store else []),
+        *([HTTP_RUNG] if http else []),
         *(PEER_RUNGS if converted else []),
         *GENERATE_RUNGS,
         OWN_LENGTHS_RUNG,
     ]
-    rows = [run_rung(rung, model_dir, sentences, beams, model_store, converted) for rung in rungs]
+    rows = [run_rung(rung, model_dir, sentences, beams, converted) for rung in rungs]
     baseline = rows[0]
     for rung, row in zip(rungs, rows, strict=True):
         per_batch = rung.shape == "batch"
@@ -324,15 +326,13 @@ def run_rung(
     model_dir: Path,
     sentences: list[Sentence],
     beams: int,
-    model_store: Path | None,
     converted: Path | None = None,
 ) -> dict[str, Any]:
     label = f"beams={beams} rung {rung.number} ({rung.name})"
     print(f"[latency] {label}: start, {len(sentences)} sentences", file=sys.stderr, flush=True)
     began = time.perf_counter()
     if rung.shape == "http":
-        assert model_store is not None
-        figures = measure_http(model_store, sentences, beams, is_standin(model_dir))
+        figures = measure_http(model_dir, sentences, beams, is_standin(model_dir))
     else:
         figures = _in_subprocess(rung, model_dir, sentences, beams, converted)
     print(
@@ -352,7 +352,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sentences", type=int, default=30)
     parser.add_argument("--beams", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--http", action="store_true", help="add rung 5 through a real TorchServe")
-    parser.add_argument("--model-store", type=Path, default=Path("model_store"))
     parser.add_argument(
         "--no-peer", action="store_true", help="leave out rungs 6-7 (CTranslate2 int8, a benchmark peer)"
     )
@@ -373,13 +372,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     model_dir = Path(args.model) if Path(args.model).is_dir() else load_model_dir(args.model)
     sentences = sample_sentences(AutoTokenizer.from_pretrained(model_dir), args.sentences)
-    store = args.model_store if args.http else None
     standin = is_standin(model_dir)
     peer, converted = prepare_peer(model_dir, args.no_peer)
     load_average = [round(x, 2) for x in os.getloadavg()]
     ladders = {}
     for beams in args.beams:
-        rungs = run_ladder(model_dir, sentences, beams, store, converted)
+        rungs = run_ladder(model_dir, sentences, beams, args.http, converted)
         ladders[str(beams)] = {
             "rungs": rungs,
             "targets": targets(rungs, beams, BATCH),

@@ -5,7 +5,8 @@
                            [--duration 20s] [--model synthetic|hub id|dir] [--quick]
 
 Every point of the grid is a real deployment: the variant's model-config yaml with that layout
-(minWorkers/maxWorkers, batchSize, handler threads and max_batch_rows), packed by the real archiver
+(minWorkers/maxWorkers, batchSize, handler threads and max_batch_rows; the sentence cache off, so
+it runs cold), packed by the real archiver
 into a temporary model store, served by a fresh TorchServe on free loopback ports, loaded by Locust
 (bench.load: 100 users, no wait, reference-length outputs on the stand-in), then stopped.
 
@@ -41,7 +42,7 @@ import yaml
 
 from archive.build import CONFIG_DIR, MODEL_NAME, ArchiveSpec, build_archive, model_digest
 from archive.tatoeba import REPO_ROOT
-from bench.common import DEFAULT_MODEL, RESULTS_DIR, is_standin, load_model_dir, write_result
+from bench.common import CACHE_OFF, DEFAULT_MODEL, RESULTS_DIR, is_standin, load_model_dir, write_result
 from bench.load import LoadSpec, run_load
 from bench.process_memory import memory_mb, peak_mb, ready_worker_pids, workers_memory
 from handlers.handler_config import HandlerConfig
@@ -147,6 +148,7 @@ def layout_config(base: dict[str, Any], point: Point, decoder: str | None = None
     """
     handler = {
         **(base.get("handler") or {}),
+        **CACHE_OFF,  # measured cold: Locust's repeated sentences must reach the model
         "threads": point.threads,
         "max_batch_rows": point.max_batch_rows,
     }

@@ -8,6 +8,10 @@ CSV files kept next to the JSON summary in bench/results/. One probe request fir
 the server runs the stand-in: then every request carries its sentence's reference length as
 min/max_new_tokens, so the decode work matches the real model's. Bounded by --duration (and
 --max-requests); refuses any host but this machine.
+
+Sentences are drawn with replacement, so a server with its sentence cache on answers the repeats
+without the model: bench.run_all and bench.layout serve archives packed with it off
+(bench.common.archive_with); bench.cache_load measures the cache itself.
 """
 
 from __future__ import annotations

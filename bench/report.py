@@ -18,6 +18,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 
+from bench.cache_load import markdown as cache_load_markdown
 from bench.common import RESULTS_DIR
 from bench.ladder_targets import markdown as latency_markdown
 
@@ -221,6 +222,9 @@ def write_readme(results: dict[str, dict[str, Any]], plots: list[Path], out: Pat
         ]
     if "layout" in results:
         parts += ["", f"## Worker layout ({results['layout']['date']}): [layout.md](layout.md)"]
+    if "cache_load" in results:
+        parts += ["", "## Sentence cache under load (unique sentences against Zipf repeats)", ""]
+        parts.append(cache_load_markdown(results["cache_load"]).rstrip())
     if "faults" in results:
         faults = results["faults"]
         parts += [

@@ -1,10 +1,12 @@
-"""`make bench`: quality, the latency ladder, the row budget curve, Locust load, then the report.
+"""`make bench`: quality, the latency ladder, the row budget curve, Locust load, the sentence cache
+under load, then the report.
 
 Locust runs against one server per configuration: int8 and fp32 with the default fast decoder, and
-int8 with `decoder: generate` (an archive built for the comparison only, in a temporary store), so
-the decoders are compared under the same load in the same run.
+int8 with `decoder: generate`, so the decoders are compared under the same load in the same run.
+Each is packed from the model into a temporary store with the sentence cache off: every benchmark
+runs cold but bench.cache_load, which measures the cache.
 
-    python -m bench.run_all            # full-size archives in model_store/ (minutes)
+    python -m bench.run_all            # the full-size model (minutes)
     python -m bench.run_all --quick    # smoke run: a few sentences, short loads
 
 Every step prints progress to stderr; results land in bench/results/ (or --results-dir).
@@ -19,11 +21,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
-from archive.build import CONFIG_DIR, MODEL_NAME, ArchiveSpec, build_archive, model_digest
-from bench import bleu, latency, report, row_budget
-from bench.common import RESULTS_DIR, load_model_dir
+from archive.build import MODEL_NAME
+from bench import bleu, cache_load, latency, report, row_budget
+from bench.common import CACHE_OFF, RESULTS_DIR, archive_with, load_model_dir
 from bench.load import LoadSpec, run_load
 from serving.server import TorchServe
 
@@ -36,6 +36,7 @@ class Plan:
     loads: list[tuple[str, int, int]]
     duration: str
     row_budget_args: list[str]
+    cache_load_args: list[str]
 
 
 FULL = Plan(
@@ -53,6 +54,7 @@ FULL = Plan(
     ],
     duration="30s",
     row_budget_args=[],
+    cache_load_args=["--users", "100", "--duration", "30s"],
 )
 QUICK = Plan(
     bleu_limit=16,
@@ -60,9 +62,10 @@ QUICK = Plan(
     loads=[("int8", 1, 4), ("fp32", 1, 4), ("int8-generate", 1, 4)],
     duration="4s",
     row_budget_args=["--sentences", "8", "--budgets", "4", "32", "--beams", "4"],
+    cache_load_args=["--users", "4", "--duration", "4s"],
 )
 SERVERS = ("int8", "fp32", "int8-generate")
-STEPS = 5
+STEPS = 6
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,7 +74,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--model", default="Helsinki-NLP/opus-mt-zh-en", help="as for archive.build")
-    parser.add_argument("--model-store", type=Path, default=Path("model_store"))
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
@@ -86,17 +88,14 @@ def main(argv: list[str] | None = None) -> int:
         ["--model-dir", str(model_dir), "--variant", "int8", "--limit", limit, "--results-dir", str(results)]
     )
     _step(2, "latency ladder")
-    store = str(args.model_store)
-    latency.main(
-        ["--model", str(model_dir), "--model-store", store, *plan.latency_args, "--results-dir", str(results)]
-    )
+    latency.main(["--model", str(model_dir), *plan.latency_args, "--results-dir", str(results)])
     _step(3, "row budget curve (in process)")
     row_budget.main(["--model", str(model_dir), *plan.row_budget_args, "--results-dir", str(results)])
     _step(4, "load (Locust)")
     for name in SERVERS:
         runs = [(beams, users) for server_name, beams, users in plan.loads if server_name == name]
         with tempfile.TemporaryDirectory(prefix="zh_en_bench_") as workdir:
-            serve_store, archive = _server_archive(name, args.model_store, model_dir, Path(workdir))
+            serve_store, archive = _server_archive(name, model_dir, Path(workdir))
             with TorchServe(serve_store, Path(workdir) / "server", models=[archive]) as server:
                 for beams, users in runs:
                     spec = LoadSpec(
@@ -109,25 +108,21 @@ def main(argv: list[str] | None = None) -> int:
                         label=f"load-{name}-{'greedy' if beams == 1 else f'beam{beams}'}-u{users}",
                     )
                     run_load(spec, results, model_dir)
-    _step(5, "report")
+    _step(5, "sentence cache under load (Locust: unique sentences, then Zipf repeats)")
+    cache_load.main(["--model", str(model_dir), *plan.cache_load_args, "--results-dir", str(results)])
+    _step(6, "report")
     report.main(["--results-dir", str(results)])
     print(f"bench finished in {time.monotonic() - started:.0f}s", file=sys.stderr)
     return 0
 
 
-def _server_archive(name: str, model_store: Path, model_dir: Path, workdir: Path) -> tuple[Path, str]:
-    """The store and archive a load server runs: a built one, or int8 rebuilt with `decoder: generate`."""
-    if name != "int8-generate":
-        return model_store, f"{MODEL_NAME}_{name}.mar"
-    config = yaml.safe_load((CONFIG_DIR / f"{MODEL_NAME}_int8.yaml").read_text())
-    config["handler"]["decoder"] = "generate"
-    config_dir, store = workdir / "config", workdir / "store"
-    config_dir.mkdir()
-    (config_dir / f"{MODEL_NAME}_int8.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    spec = ArchiveSpec("int8", model_dir, store, config_dir)
-    print(f"building {spec.mar_path.name} with decoder: generate (comparison only)", file=sys.stderr)
-    build_archive(spec, model_digest(model_dir))
-    return store, spec.mar_path.name
+def _server_archive(name: str, model_dir: Path, workdir: Path) -> tuple[Path, str]:
+    """The store and archive a load server runs: the variant with the sentence cache off (cold, like
+    every benchmark but cache_load), int8-generate also with `decoder: generate` (comparison only)."""
+    variant, _, decoder = name.partition("-")
+    handler = {**CACHE_OFF, **({"decoder": decoder} if decoder else {})}
+    print(f"building {MODEL_NAME}_{variant}.mar with {handler}", file=sys.stderr)
+    return archive_with(variant, model_dir, workdir, handler)
 
 
 def _step(number: int, name: str) -> None:
