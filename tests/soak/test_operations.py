@@ -25,7 +25,9 @@ pytestmark = pytest.mark.soak
 TEXTS = ["汤姆不会同意的。", "我要看病。", "那个穿棕色大衣的女人是谁？", "如果今天是星期日，我會去釣魚。"]
 QUICK = {"num_beams": 1, "max_new_tokens": 12}
 # About a second of work per request on the tiny model: enough to fill queues and outlast timeouts.
-HEAVY = {"text": ["你好"] * 4, "num_beams": 8, "max_new_tokens": 256, "min_new_tokens": 256}
+# Distinct texts: the sentence cache decodes a repeated sentence once, which would make this light.
+DISTINCT = [f"你好{'一二三四五六七八九十'[i % 10]}{'甲乙'[i // 10]}" for i in range(16)]
+HEAVY = {"text": DISTINCT[:4], "num_beams": 8, "max_new_tokens": 256, "min_new_tokens": 256}
 
 
 def steady(server: TorchServe, concurrency: int = 4) -> SteadyLoad:
@@ -94,7 +96,7 @@ def test_a_request_over_the_response_timeout_does_not_wedge_the_worker(
     build_archive(ArchiveSpec("int8", tiny_model_dir, store, config_dir), model_digest(tiny_model_dir))
     with TorchServe(store, tmp_path / "torchserve") as server:
         started = time.monotonic()
-        slower = {**HEAVY, "text": ["你好"] * 16}
+        slower = {**HEAVY, "text": DISTINCT}
         slow = server.client.post_raw(json.dumps(slower).encode(), "application/json")
         assert slow.status_code >= 500 and time.monotonic() - started < 30, slow.text
         deadline = time.monotonic() + 120
