@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 
 STRICT_FLAG := $(if $(filter 1,$(STRICT)),--strict,)
 
-.PHONY: help venv java archives serve stop status test lint bench bench-quick layout soak swap clean
+.PHONY: help venv java nginx archives serve stop status test lint bench bench-quick layout soak swap fleet fleet-stop clean
 
 help:
 	@echo "make serve   build the archives (MODEL=hub id|dir|synthetic, STRICT=1) and start TorchServe"
@@ -20,6 +20,7 @@ help:
 	@echo "make bench   quality, latency ladder and load benchmarks, report with plots"
 	@echo "make layout  measure workers x threads x batch x row budget, print the winning model config"
 	@echo "make swap TO=1.0-fp32   zero-downtime switch of the default version"
+	@echo "make fleet   REPLICAS=2 TorchServe replicas behind nginx on 127.0.0.1:8090 (MODEL=...|tiny); make fleet-stop"
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -36,6 +37,13 @@ java:
 	  echo "installing openjdk-17-jre-headless"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
 
+# The fleet's front door: nginx, with njs to hash client keys; installed where missing (Debian/Ubuntu, as root).
+NGINX_JS := /usr/lib/nginx/modules/ngx_http_js_module.so
+nginx:
+	@{ command -v nginx || test -x /usr/sbin/nginx; } >/dev/null 2>&1 && test -e $(NGINX_JS) || { \
+	  echo "installing nginx and libnginx-mod-http-js"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx libnginx-mod-http-js >/dev/null; }
+
 archives: $(STAMP)
 	$(BIN)/python -m archive.build --model $(MODEL) $(STRICT_FLAG) --out $(STORE)
 
@@ -46,7 +54,7 @@ serve: archives java
 stop: $(STAMP)
 	$(BIN)/torchserve --stop
 
-test: $(STAMP) java
+test: $(STAMP) java nginx
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -69,6 +77,21 @@ soak: $(STAMP) java
 swap: $(STAMP)
 	@test -n "$(TO)" || { echo "usage: make swap TO=1.0-fp32 (a version) or TO=zh_en_fp32.mar (an archive)"; exit 2; }
 	$(BIN)/python -m serving.swap --to $(TO)
+
+# REPLICAS TorchServe replicas (token auth off, loopback only) behind nginx on 127.0.0.1:8090
+# (deploy/FLEET.md). MODEL=tiny serves the tests' tiny stand-in from its own store; FLEET_ARGS go to
+# `python -m serving.fleet start` (--listen, --rate, --burst, --archive).
+FLEET_DIR ?= build/fleet
+REPLICAS ?= 2
+FLEET_ARGS ?=
+FLEET_STORE := $(if $(filter tiny,$(MODEL)),build/fleet-store-tiny,$(STORE))
+FLEET_MODEL := $(if $(filter tiny,$(MODEL)),--model synthetic --standin-size tiny,--model $(MODEL) $(STRICT_FLAG))
+fleet: $(STAMP) java nginx
+	$(BIN)/python -m archive.build $(FLEET_MODEL) --out $(FLEET_STORE)
+	$(BIN)/python -m serving.fleet start --replicas $(REPLICAS) --model-store $(FLEET_STORE) --dir $(FLEET_DIR) $(FLEET_ARGS)
+
+fleet-stop: $(STAMP)
+	$(BIN)/python -m serving.fleet stop --dir $(FLEET_DIR)
 
 clean:
 	rm -rf build $(STORE)/*.mar $(STORE)/.*.inputs logs

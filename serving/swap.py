@@ -8,7 +8,9 @@
 4. drain the old version (its queue empty, then a grace period for the batch on its workers),
 5. unregister the old version (or keep it with `--keep-old N` workers, for a quick swap back).
 
-Keys come from key_file.json, re-read on every call.
+Keys come from key_file.json, re-read on every call. A fleet replica runs with token auth off
+(auth lives at its front door, deploy/FLEET.md): `--no-auth` sends no key, whatever key_file.json
+may lie around; `python -m serving.fleet roll` swaps every replica in turn.
 """
 
 from __future__ import annotations
@@ -108,10 +110,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-old", type=int, metavar="N", help="scale the old version to N workers")
     parser.add_argument("--grace", type=float, default=3.0, help="seconds for in-flight batches to end")
     parser.add_argument("--key-file", type=Path, default=Path("key_file.json"))
+    parser.add_argument("--no-auth", action="store_true", help="token auth is off (a fleet replica): no key")
     parser.add_argument("--inference", default=Endpoints.inference)
     parser.add_argument("--management", default=Endpoints.management)
     args = parser.parse_args(argv)
-    client = TorchServeClient(Endpoints(args.inference, args.management), args.key_file)
+    client = TorchServeClient(
+        Endpoints(args.inference, args.management), None if args.no_auth else args.key_file
+    )
     started = time.monotonic()
     swap(client, resolve_target(args.to, args.model_store), args.workers, args.keep_old, args.grace)
     print(f"swap done in {time.monotonic() - started:.1f}s")

@@ -1,0 +1,141 @@
+"""Render the front door's nginx config from the templates in deploy/nginx/.
+
+Every template file is copied into `<fleet dir>/nginx/` with its `@@NAME@@` placeholders filled from
+a `FrontDoorConfig` and the fleet's paths. The replica list (`upstreams.conf`) is written on its
+own, so adding or removing a replica rewrites one small file and reloads nginx.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "deploy" / "nginx"
+JS_MODULE_DIRS = ("/usr/lib/nginx/modules", "/usr/share/nginx/modules", "/etc/nginx/modules")
+WORKER_USERS = ("www-data", "nginx", "nobody")
+
+
+@dataclass(frozen=True)
+class FrontDoorConfig:
+    """The front door's numbers, one place; deploy/FLEET.md says why each is what it is."""
+
+    listen: str = "127.0.0.1:8090"
+    rate_per_second: int = 20  # per client key
+    burst: int = 40  # requests over the rate a key may send at once before it gets 429
+    body_limit_kib: int = 64  # the replicas' max_request_size
+    read_timeout_s: int = 70  # above TorchServe's 60 s responseTimeout
+    tries: int = 3  # replicas one request may try
+    retry_window_s: int = 150  # all tries of one request, together
+    fail_timeout_s: int = 5  # a replica that failed is left out this long
+    probe_timeout_s: int = 5  # one /healthz probe on one replica
+    probe_window_s: int = 8  # the probe over every replica
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[\w.\[\]:-]+:\d+", self.listen):
+            raise ValueError(f"listen must be host:port, got {self.listen!r}")
+        for name, value in asdict(self).items():
+            if name != "listen" and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True)
+class FrontDoorPaths:
+    """Where one front door keeps its rendered config, keys, logs, pid and temp files."""
+
+    run_dir: Path
+
+    @property
+    def conf_dir(self) -> Path:
+        return self.run_dir / "nginx"
+
+    @property
+    def conf(self) -> Path:
+        return self.conf_dir / "nginx.conf"
+
+    @property
+    def upstreams(self) -> Path:
+        return self.conf_dir / "upstreams.conf"
+
+    @property
+    def keys(self) -> Path:
+        return self.run_dir / "keys.map"
+
+    @property
+    def pid(self) -> Path:
+        return self.run_dir / "nginx.pid"
+
+    @property
+    def logs(self) -> Path:
+        return self.run_dir / "logs"
+
+
+def render(config: FrontDoorConfig, paths: FrontDoorPaths, template_dir: Path = TEMPLATE_DIR) -> None:
+    """Write every template into `paths.conf_dir` with its placeholders filled."""
+    values = {
+        "USER": _user_directive(),
+        "RUN_DIR": str(paths.run_dir),
+        "CONF_DIR": str(paths.conf_dir),
+        "JS_MODULE": str(js_module()),
+        "KEYS_FILE": str(paths.keys),
+        "UPSTREAMS_FILE": str(paths.upstreams),
+        "LISTEN": config.listen,
+        "RATE": str(config.rate_per_second),
+        "BURST": str(config.burst),
+        "BODY_LIMIT_KIB": str(config.body_limit_kib),
+        "READ_TIMEOUT_S": str(config.read_timeout_s),
+        "TRIES": str(config.tries),
+        "RETRY_WINDOW_S": str(config.retry_window_s),
+        "PROBE_TIMEOUT_S": str(config.probe_timeout_s),
+        "PROBE_WINDOW_S": str(config.probe_window_s),
+    }
+    for sub in (paths.conf_dir, paths.logs, paths.run_dir / "tmp"):
+        sub.mkdir(parents=True, exist_ok=True)
+    for template in sorted(template_dir.iterdir()):
+        text = template.read_text()
+        if unknown := set(re.findall(r"@@([A-Z_]+)@@", text)) - values.keys():
+            raise KeyError(f"{template}: no value for placeholder(s) {sorted(unknown)}")
+        text = re.sub(r"@@([A-Z_]+)@@", lambda match: values[match.group(1)], text)
+        (paths.conf_dir / template.name).write_text(text)
+
+
+def write_upstreams(paths: FrontDoorPaths, ports: Sequence[int], config: FrontDoorConfig) -> None:
+    """The replica list nginx balances over; written whole, then swapped in atomically."""
+    if not ports:
+        raise ValueError("a front door needs at least one replica")
+    lines = [f"server 127.0.0.1:{port} max_fails=1 fail_timeout={config.fail_timeout_s}s;" for port in ports]
+    staged = paths.upstreams.with_suffix(".staged")
+    staged.write_text("# written by serving.fleet: one line per replica\n" + "\n".join(lines) + "\n")
+    staged.replace(paths.upstreams)
+
+
+def upstream_ports(paths: FrontDoorPaths) -> list[int]:
+    return [int(port) for port in re.findall(r":(\d+) ", paths.upstreams.read_text())]
+
+
+def js_module() -> Path:
+    for directory in JS_MODULE_DIRS:
+        candidate = Path(directory) / "ngx_http_js_module.so"
+        if candidate.exists():
+            return candidate
+    raise FileNotFoundError(
+        "nginx's njs module (ngx_http_js_module.so) is missing: run `make nginx` "
+        "(apt-get install nginx libnginx-mod-http-js)"
+    )
+
+
+def _user_directive() -> str:
+    """As root, nginx workers drop to an unprivileged user; otherwise they stay who started nginx."""
+    if os.geteuid() != 0:
+        return "# not root: workers run as the user who started nginx"
+    for name in WORKER_USERS:
+        try:
+            user = pwd.getpwnam(name)
+        except KeyError:
+            continue
+        return f"user {name} {grp.getgrgid(user.pw_gid).gr_name};"
+    raise RuntimeError(f"none of the users {WORKER_USERS} exists to run nginx workers as")

@@ -1,0 +1,266 @@
+"""The front door (nginx) of the replica set: auth, routes, JSON errors, rate limit, health, retries.
+
+One real fleet of one tiny replica for what needs a translation; stub replicas (conftest_fleet.py)
+for what needs a replica to misbehave. The zero-failure operations under load are in
+tests/soak/test_fleet_operations.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import requests
+
+from serving import fleet as fleet_cli
+from serving import swap as swap_cli
+from serving.fleet_keys import KeyStore
+from serving.nginx_conf import FrontDoorConfig
+from serving.replica_set import Fleet
+from serving.server import free_port
+from tests.e2e.conftest_fleet import Stub, front_door
+
+pytestmark = pytest.mark.e2e
+
+RATE, BURST = 10, 10
+BIG = b'{"text": "' + "你".encode() * 700_000 + b'"}'  # 2.1 MB
+ROUTES = (
+    "/predictions/zh_en",
+    "/predictions/zh_en/1.0-int8",
+    "/v1/models/zh_en:predict",
+    "/v2/models/zh_en/infer",
+)
+NOT_ROUTED = [
+    ("GET", "/models"),
+    ("POST", "/models?url=zh_en_fp32.mar"),
+    ("GET", "/models/zh_en"),
+    ("PUT", "/models/zh_en/1.0-int8/set-default"),
+    ("DELETE", "/models/zh_en/1.0-int8"),
+    ("POST", "/token?type=inference"),
+    ("GET", "/ping"),
+    ("GET", "/metrics"),
+    ("OPTIONS", "/"),
+    ("GET", "/api-description"),
+    ("POST", "/predictions/other_model"),
+    ("POST", "/predictions/zh_en/1.0-int8/extra"),
+    ("POST", "/explanations/zh_en"),
+    ("POST", "/v2/models/zh_en/ready"),
+    ("GET", "/v2/models/zh_en"),
+    ("GET", "/predictions/zh_en"),
+    ("PUT", "/predictions/zh_en"),
+    ("POST", "/healthz"),
+]
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def assert_error(response: requests.Response, code: int, kind: str) -> None:
+    assert response.status_code == code, (response.status_code, response.text[:300])
+    assert response.headers["content-type"].startswith("application/json")
+    assert response.json()["code"] == code and response.json()["type"] == kind, response.text
+
+
+def cli(fleet: Fleet, *args: str) -> None:
+    assert fleet_cli.main([*args, "--dir", str(fleet.run_dir)]) == 0
+
+
+@pytest.fixture(scope="module")
+def fleet(tiny_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    door = FrontDoorConfig(
+        listen=f"127.0.0.1:{free_port()}",
+        rate_per_second=RATE,
+        burst=BURST,
+        probe_timeout_s=2,
+        probe_window_s=3,
+    )
+    running = Fleet.create(tmp_path_factory.mktemp("fleet"), tiny_store, door=door)
+    running.start(1)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def key(fleet: Fleet) -> str:
+    """A fresh client key per test (the rate limit is per key), made as an operator would."""
+    name = f"client-{len(KeyStore(fleet.door.paths.keys).entries())}"
+    out = fleet.run_dir / f"{name}.json"
+    cli(fleet, "keys", "add", name, "--out", str(out))
+    return str(json.loads(out.read_text())["inference"]["key"])
+
+
+@pytest.fixture(scope="module")
+def stubs() -> Iterator[dict[str, Stub]]:
+    made = {
+        "ok": Stub(200),
+        "busy": Stub(503),
+        "broken": Stub(500),
+        "versionless": Stub(404),
+        "hanging": Stub(200, hang_seconds=2),
+    }
+    yield made
+    for stub in made.values():
+        stub.close()
+
+
+def test_every_route_translates_through_one_key(fleet: Fleet, key: str) -> None:
+    bodies = [{"text": "你好"}, {"text": "你好"}, {"instances": ["你好"]}]
+    v2 = {"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["你好"]}]}
+    for route, body in zip(ROUTES, [*bodies, v2], strict=True):
+        response = requests.post(f"{fleet.door.url}{route}", json=body, headers=bearer(key), timeout=60)
+        assert response.status_code == 200, (route, response.text[:300])
+        assert "translation" in response.text or "predictions" in response.text or "outputs" in response.text
+
+
+def test_without_a_valid_key_every_route_answers_401(fleet: Fleet) -> None:
+    fake = "zhen_" + "x" * 43
+    for headers in ({}, bearer(fake), {"Authorization": "Basic dXNlcjpwYXNz"}, {"Authorization": "Bearer"}):
+        for route in ROUTES:
+            response = requests.post(
+                f"{fleet.door.url}{route}", json={"text": "你好"}, headers=headers, timeout=30
+            )
+            assert_error(response, 401, "Unauthorized")
+            assert response.headers["WWW-Authenticate"].startswith("Bearer")
+
+
+@pytest.mark.parametrize(("method", "path"), NOT_ROUTED)
+def test_nothing_else_is_routed(fleet: Fleet, key: str, method: str, path: str) -> None:
+    response = requests.request(method, f"{fleet.door.url}{path}", json={}, headers=bearer(key), timeout=30)
+    assert_error(response, 404, "NotFound")
+
+
+def test_healthz_needs_no_key_and_reflects_whether_a_replica_translates(fleet: Fleet) -> None:
+    response = requests.get(f"{fleet.door.url}/healthz", timeout=30)
+    assert response.status_code == 200 and response.json() == {"status": "Healthy"}
+    server = fleet.server(fleet.names()[0])
+    server.client.scale("1.0-int8", 0)  # no worker: nothing can translate, yet TorchServe's /ping ...
+    try:
+        assert server.client.ping().json()["status"] == "Healthy"  # ... still says Healthy
+        assert_error(requests.get(f"{fleet.door.url}/healthz", timeout=30), 503, "ServiceUnavailable")
+    finally:
+        server.client.scale("1.0-int8", 1)  # one worker is enough for the tests after this one
+    assert requests.get(f"{fleet.door.url}/healthz", timeout=30).status_code == 200
+
+
+@pytest.mark.parametrize("client", ["requests", "urllib"])
+def test_an_oversized_body_gets_a_json_413_not_a_reset(fleet: Fleet, key: str, client: str) -> None:
+    url = f"{fleet.door.url}/predictions/zh_en"
+    headers = {**bearer(key), "Content-Type": "application/json"}
+    if client == "requests":
+        response = requests.post(url, data=BIG, headers=headers, timeout=60)
+        assert_error(response, 413, "PayloadTooLarge")
+    else:
+        with pytest.raises(urllib.error.HTTPError) as error:
+            urllib.request.urlopen(urllib.request.Request(url, data=BIG, headers=headers), timeout=60)
+        assert error.value.code == 413
+        assert json.loads(error.value.read())["type"] == "PayloadTooLarge"
+    # Under the limit, the replica's own limits answer, in the same shape.
+    too_many = {"text": ["你好"] * 17}
+    assert requests.post(url, json=too_many, headers=bearer(key), timeout=60).json()["code"] == 413
+
+
+def test_a_key_over_its_rate_gets_429_with_retry_after_and_others_do_not(fleet: Fleet, key: str) -> None:
+    url = f"{fleet.door.url}/predictions/zh_en"
+
+    def post(_: int) -> requests.Response:
+        return requests.post(url, json={"text": "你好", "max_new_tokens": 1}, headers=bearer(key), timeout=60)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        responses = list(pool.map(post, range(4 * BURST)))
+    statuses = [response.status_code for response in responses]
+    assert statuses.count(200) >= BURST and statuses.count(429) >= BURST, statuses
+    limited = next(response for response in responses if response.status_code == 429)
+    assert_error(limited, 429, "TooManyRequests")
+    assert limited.headers["Retry-After"] == "1"
+    other = KeyStore(fleet.door.paths.keys).add("another-client")
+    fleet.door.reload()
+    assert requests.post(url, json={"text": "你好"}, headers=bearer(other), timeout=60).status_code == 200
+
+
+def test_keys_are_added_and_revoked_without_a_restart_and_never_stored_or_logged(fleet: Fleet) -> None:
+    master, url = fleet.door.master_pid(), f"{fleet.door.url}/predictions/zh_en"
+    out = fleet.run_dir / "rotating.json"
+    cli(fleet, "keys", "add", "rotating", "--out", str(out))
+    key = json.loads(out.read_text())["inference"]["key"]
+    assert requests.post(url, json={"text": "你好"}, headers=bearer(key), timeout=60).status_code == 200
+    cli(fleet, "keys", "revoke", "rotating")
+    assert_error(
+        requests.post(url, json={"text": "你好"}, headers=bearer(key), timeout=60), 401, "Unauthorized"
+    )
+    assert fleet.door.master_pid() == master
+    for private in (fleet.door.paths.keys, out):
+        assert stat.S_IMODE(os.stat(private).st_mode) == 0o600
+    for path in fleet.run_dir.rglob("*"):
+        if path.is_file() and path.suffix != ".json":  # the key handout files are json
+            assert key.encode() not in path.read_bytes(), path
+
+
+def test_swap_drives_a_replica_without_a_key(fleet: Fleet) -> None:
+    """`python -m serving.swap --no-auth` on one replica (`serving.fleet roll` does every replica)."""
+    server = fleet.server(fleet.names()[0])
+    args = ["--to", "1.0-int8", "--no-auth", "--model-store", str(server.model_store)]
+    args += [
+        "--inference",
+        server.client.endpoints.inference,
+        "--management",
+        server.client.endpoints.management,
+    ]
+    assert swap_cli.main(args) == 0  # already the default: it asked the management API, with no key
+
+
+def test_the_client_key_never_reaches_a_replica(tmp_path: Path, stubs: dict[str, Stub]) -> None:
+    with front_door(tmp_path, [stubs["ok"].port]) as (door, key):
+        response = requests.post(f"{door.url}/predictions/zh_en", json={"text": "x"}, headers=bearer(key))
+        assert response.status_code == 200
+    seen = {name.lower() for name in stubs["ok"].seen_headers[-1]}
+    assert "authorization" not in seen and "x-request-id" in seen
+
+
+def test_a_dead_busy_or_versionless_replica_is_retried_on_another(
+    tmp_path: Path, stubs: dict[str, Stub]
+) -> None:
+    dead = free_port()  # nothing listens there
+    ports = [dead, stubs["busy"].port, stubs["versionless"].port, stubs["ok"].port]
+    with front_door(tmp_path, ports, tries=4) as (door, key):
+        statuses = [
+            requests.post(
+                f"{door.url}/predictions/zh_en", json={"text": "x"}, headers=bearer(key)
+            ).status_code
+            for _ in range(12)
+        ]
+    assert statuses == [200] * 12
+
+
+def test_a_500_is_passed_through_not_retried(tmp_path: Path, stubs: dict[str, Stub]) -> None:
+    """A request that kills a worker must not get the chance to kill one on every replica."""
+    with front_door(tmp_path, [stubs["broken"].port, stubs["ok"].port]) as (door, key):
+        responses = [
+            requests.post(f"{door.url}/predictions/zh_en", json={"text": "x"}, headers=bearer(key))
+            for _ in range(4)
+        ]
+    assert sorted(r.status_code for r in responses) == [200, 200, 500, 500]
+    assert {r.json()["type"] for r in responses if r.status_code == 500} == {"Stub"}  # the replica's own body
+
+
+def test_no_replica_answers_502_and_healthz_503(tmp_path: Path) -> None:
+    with front_door(tmp_path, [free_port()]) as (door, key):
+        response = requests.post(f"{door.url}/predictions/zh_en", json={"text": "x"}, headers=bearer(key))
+        assert_error(response, 502, "BadGateway")
+        assert response.headers["Retry-After"] == "1"
+        assert_error(requests.get(f"{door.url}/healthz"), 503, "ServiceUnavailable")
+
+
+def test_a_replica_that_hangs_answers_504(tmp_path: Path, stubs: dict[str, Stub]) -> None:
+    with front_door(tmp_path, [stubs["hanging"].port], read_timeout_s=1, tries=1) as (door, key):
+        response = requests.post(f"{door.url}/predictions/zh_en", json={"text": "x"}, headers=bearer(key))
+        assert_error(response, 504, "GatewayTimeout")

@@ -1,0 +1,87 @@
+"""The replica set under load, through the front door: zero failed requests (tiny stand-in).
+
+`make fleet MODEL=tiny` starts the fleet and `make fleet-stop` stops it, as an operator would;
+bench.fleet_faults measures the same functions on the full-size archives. Minutes: marked soak.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.fleet_faults import (
+    add_replica_under_load,
+    kill_replica_under_load,
+    load_key,
+    remove_replica_under_load,
+    roll_under_load,
+    under_load,
+)
+from serving.replica_set import Fleet
+from serving.server import REPO_ROOT, free_port, process_alive
+
+pytestmark = pytest.mark.soak
+
+QUICK = {"num_beams": 1, "max_new_tokens": 12}
+CONCURRENCY = 4
+SETTLE = 1.0
+
+
+def make(*args: str) -> None:
+    # -o: the venv running these tests is the one to use; never reinstall it from inside a test.
+    subprocess.run(["make", "-o", ".venv/.installed", *args], cwd=REPO_ROOT, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    run_dir = tmp_path_factory.mktemp("fleet")
+    # The rate limit is lifted for the load: these tests are about availability (test_fleet.py has 429).
+    args = f"--listen 127.0.0.1:{free_port()} --rate 100000 --burst 100000"
+    make("fleet", "MODEL=tiny", "REPLICAS=2", f"FLEET_DIR={run_dir}", f"FLEET_ARGS={args}")
+    running = Fleet.load(run_dir)
+    pids = [running.server(name).java_pid() for name in running.names()]
+    try:
+        yield running
+    finally:
+        make("fleet-stop", f"FLEET_DIR={run_dir}")
+    assert running.door.master_pid() is None
+    assert not any(process_alive(pid) for pid in pids if pid is not None)
+
+
+@pytest.fixture(scope="module")
+def key_file(fleet: Fleet) -> Path:
+    return load_key(fleet)
+
+
+def run(fleet: Fleet, key_file: Path, action: Any) -> dict[str, Any]:
+    result: dict[str, Any] = under_load(fleet, key_file, CONCURRENCY, QUICK, SETTLE, action)
+    assert result["requests"] > 20, result
+    assert result["failed"] == 0, result["failure_samples"]
+    return result
+
+
+def test_a_rolling_version_change_fails_no_request(fleet: Fleet, key_file: Path) -> None:
+    # One worker per new version keeps this test short on 2 cores; the benchmark rolls with 2.
+    result = run(fleet, key_file, lambda: roll_under_load(fleet, targets=("1.0-fp32",), workers=1))
+    assert [step["replica"] for step in result["steps"]] == fleet.names()
+    assert (result["first_variant"], result["last_variant"]) == ("int8", "fp32")
+    assert {fleet.server(name).client.default_version() for name in fleet.names()} == {"1.0-fp32"}
+
+
+def test_a_replica_killed_with_sigkill_fails_no_request(fleet: Fleet, key_file: Path) -> None:
+    victim = fleet.names()[0]
+    result = run(fleet, key_file, lambda: kill_replica_under_load(fleet, victim, down_seconds=2.0))
+    assert result["killed_pids"] and not any(process_alive(pid) for pid in result["killed_pids"])
+    assert set(result["healthz_while_down"]) == {"200"}, result["healthz_while_down"]
+    assert result["retried_on_another_replica"] > 0  # the dead replica's share went elsewhere
+
+
+def test_adding_a_replica_and_reloading_nginx_fails_no_request(fleet: Fleet, key_file: Path) -> None:
+    added = run(fleet, key_file, lambda: add_replica_under_load(fleet))
+    assert added["replica"] in fleet.names() and len(fleet.names()) == 3
+    removed = run(fleet, key_file, lambda: remove_replica_under_load(fleet, added["replica"]))
+    assert removed["replica"] not in fleet.names() and len(fleet.names()) == 2
