@@ -49,16 +49,16 @@ class HandlerConfig:
     # A text is split into sentences before decoding, so a text may be a whole article.
     max_chars_per_text: int = 5000
     max_chars_per_request: int = 20000
-    max_sentences_per_request: int = 1000
+    max_sentences_per_request: int = 500
     # What one TorchServe batch may decode. Requests past it get a 503 with Retry-After instead of
-    # pushing the whole batch past responseTimeout (16 requests of 1000 sentences would take
+    # pushing the whole batch past responseTimeout (16 requests of 500 sentences would take
     # many minutes, and then every one of them would fail). The first request always fits.
-    max_sentences_per_batch: int = 1000
+    max_sentences_per_batch: int = 500
     # The model's positional limit per decoded sentence; a longer sentence is cut, never truncated.
     max_input_tokens: int = MODEL_MAX_TOKENS
     max_beams: int = 8
     # Work bound per request: beams x new-token cap, summed over its sentences. Without it one request
-    # (1000 sentences, 8 beams, 256 forced tokens) could hold a worker for many minutes. 20,000
+    # (500 sentences, 8 beams, 256 forced tokens) could hold a worker for many minutes. 20,000
     # characters of short sentences at beam 4 ask for about 192k.
     max_decode_tokens_per_request: int = 262144
     # Per-worker LRU cache of sentence translations (0 entries: off), bounded by entries and bytes.

@@ -12,28 +12,10 @@ import time
 import pytest
 import requests
 
-from archive.tatoeba import read_blocks
+from bench.article import URLS, article
 from serving.server import TorchServe
 
 pytestmark = pytest.mark.e2e
-
-URLS = ["https://example.com/news/2026/11/22.html?id=7", "http://www.example.org/a_b", "www.example.cn"]
-
-
-def article(characters: int = 5000) -> str:
-    """Tatoeba sentences as paragraphs of five, a URL in every third, a blank line between paragraphs."""
-    sentences = [block.source for block in read_blocks()]
-    paragraphs: list[str] = []
-    used = 0
-    for start in range(0, len(sentences), 5):
-        paragraph = "".join(sentences[start : start + 5])
-        if start // 5 % 3 == 0:
-            paragraph += f"详情见 {URLS[start // 5 % len(URLS)]} 。"
-        if used + len(paragraph) + 2 > characters:
-            break
-        paragraphs.append(paragraph)
-        used += len(paragraph) + 2
-    return "\n\n".join(paragraphs)
 
 
 def test_a_5000_character_article_comes_back_whole(server: TorchServe) -> None:
