@@ -27,10 +27,10 @@ class FrontDoorConfig:
     listen: str = "127.0.0.1:8090"
     rate_per_second: int = 20  # per client key
     burst: int = 40  # requests over the rate a key may send at once before it gets 429
-    body_limit_kib: int = 64  # the replicas' max_request_size
-    read_timeout_s: int = 70  # above TorchServe's 60 s responseTimeout
+    body_limit_kib: int = 128  # the replicas' max_request_size
+    read_timeout_s: int = 130  # above TorchServe's 120 s responseTimeout
     tries: int = 3  # replicas one request may try
-    retry_window_s: int = 150  # all tries of one request, together
+    retry_window_s: int = 300  # all tries of one request, together
     fail_timeout_s: int = 5  # a replica that failed is left out this long
     probe_timeout_s: int = 5  # one /healthz probe on one replica
     probe_window_s: int = 8  # the probe over every replica
