@@ -12,7 +12,8 @@ import os
 import platform
 import random
 import statistics
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,6 +112,15 @@ def machine() -> dict[str, Any]:
         "torch": torch.__version__,
         "system": f"{platform.system()} {platform.release()}",
     }
+
+
+def seconds_until(condition: Callable[[], bool], since: float, timeout: float = 300.0) -> float:
+    """Seconds from `since` until `condition()` holds, polled every 0.1 s; TimeoutError past `timeout`."""
+    while not condition():
+        if time.monotonic() - since > timeout:
+            raise TimeoutError(f"not recovered after {timeout:.0f}s")
+        time.sleep(0.1)
+    return round(time.monotonic() - since, 2)
 
 
 def now() -> str:

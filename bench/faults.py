@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import DEFAULT_MODEL, archive_with, load_model_dir, write_result
+from bench.common import DEFAULT_MODEL, archive_with, load_model_dir, seconds_until, write_result
 from bench.steady_load import SteadyLoad
 from serving.client import MODEL_NAME, TorchServeClient
 from serving.server import TorchServe
@@ -51,8 +51,8 @@ def kill_worker_under_load(server: TorchServe, workers: int = 2, timeout: float 
     killed = time.monotonic()
     os.kill(victim, signal.SIGKILL)
     time.sleep(0.5)  # the frontend notices a dead worker within milliseconds; don't race it
-    healthy = _seconds_until(lambda: _healthy(server.client), killed, timeout)
-    ready = _seconds_until(lambda: server.client.ready_workers(version) >= workers, killed, timeout)
+    healthy = seconds_until(lambda: _healthy(server.client), killed, timeout)
+    ready = seconds_until(lambda: server.client.ready_workers(version) >= workers, killed, timeout)
     return {"killed_pid": victim, "healthy_after_s": healthy, "all_ready_after_s": ready}
 
 
@@ -70,14 +70,6 @@ def summarize(load: SteadyLoad) -> dict[str, Any]:
 def _healthy(client: TorchServeClient) -> bool:
     response = client.ping()
     return response.status_code == 200 and response.json().get("status") == "Healthy"
-
-
-def _seconds_until(condition: Any, since: float, timeout: float) -> float:
-    while not condition():
-        if time.monotonic() - since > timeout:
-            raise TimeoutError(f"not recovered after {timeout:.0f}s")
-        time.sleep(0.1)
-    return round(time.monotonic() - since, 2)
 
 
 def _say(message: str) -> None:

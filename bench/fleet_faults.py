@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import percentiles, write_result
+from bench.common import percentiles, seconds_until, write_result
 from bench.faults import summarize
 from bench.steady_load import SteadyLoad
 from serving.client import Endpoints, TorchServeClient
@@ -107,7 +107,7 @@ def kill_replica_under_load(fleet: Fleet, name: str, down_seconds: float = 5.0) 
     fleet.restart_replica(name)
     restart_s = time.monotonic() - restart_began
     before = served(fleet.server(name))
-    back = _seconds_until(lambda: served(fleet.server(name)) > before, killed_at)
+    back = seconds_until(lambda: served(fleet.server(name)) > before, killed_at)
     return {
         "killed_pids": pids,
         "healthz_while_down": {str(code): health.count(code) for code in sorted(set(health))},
@@ -122,7 +122,7 @@ def add_replica_under_load(fleet: Fleet) -> dict[str, Any]:
     name = fleet.add_replica()
     added_s = time.monotonic() - began
     before = served(fleet.server(name))
-    serving = _seconds_until(lambda: served(fleet.server(name)) > before, began)
+    serving = seconds_until(lambda: served(fleet.server(name)) > before, began)
     return {"replica": name, "start_and_reload_s": round(added_s, 1), "serving_after_s": serving}
 
 
@@ -199,14 +199,6 @@ def table(result: dict[str, Any]) -> str:
         for event, part, note in rows
     ]
     return "\n".join(lines)
-
-
-def _seconds_until(condition: Callable[[], bool], since: float, timeout: float = 300.0) -> float:
-    while not condition():
-        if time.monotonic() - since > timeout:
-            raise TimeoutError(f"not recovered after {timeout:.0f}s")
-        time.sleep(0.1)
-    return round(time.monotonic() - since, 1)
 
 
 def _say(message: str) -> None:

@@ -35,6 +35,26 @@ def _read_key(environment: Any, **_: Any) -> None:
     environment.zh_en_headers = _headers()
 
 
+def _post(user: Any, body: dict[str, Any], required: tuple[str, ...]) -> dict[str, Any] | None:
+    """One request, marked failed unless it answers 200 with a JSON object holding `required`."""
+    with user.client.post(
+        PATH, json=body, headers=user.environment.zh_en_headers, name=PATH, catch_response=True
+    ) as response:
+        if response.status_code != 200:
+            response.failure(f"HTTP {response.status_code}: {(response.text or '')[:120]}")
+            return None
+        try:
+            answer = response.json()
+        except ValueError:
+            response.failure("response is not JSON")
+            return None
+        if not isinstance(answer, dict) or not all(answer.get(key) for key in required):
+            response.failure(f"response lacks {list(required)}")
+            return None
+        response.success()
+        return answer
+
+
 class Translator(FastHttpUser):  # type: ignore[misc]
     wait_time = constant(0)  # saturation: every user sends its next request at once
 
@@ -49,21 +69,7 @@ class Translator(FastHttpUser):  # type: ignore[misc]
         body: dict[str, Any] = {"text": sentence["source"], **OPTIONS}
         if FORCE_LENGTHS:
             body["min_new_tokens"] = body["max_new_tokens"] = sentence["tokens"]
-        with self.client.post(
-            PATH, json=body, headers=self.environment.zh_en_headers, name=PATH, catch_response=True
-        ) as response:
-            if response.status_code != 200:
-                response.failure(f"HTTP {response.status_code}: {(response.text or '')[:120]}")
-                return
-            try:
-                translation = response.json().get("translation")
-            except ValueError:
-                response.failure("response is not JSON")
-                return
-            if not isinstance(translation, str) or not translation:
-                response.failure("response has no translation")
-            else:
-                response.success()
+        _post(self, body, ("translation",))
 
 
 # bench.cache_load: requests in a fixed order (unique sentences, or Zipf repeats), adding up what
@@ -88,21 +94,8 @@ if STREAM_FILE := os.environ.get("ZH_EN_STREAM"):
                 return
             STREAM_COUNTS["sent"] += 1
             body = STREAM["bodies"][STREAM["order"][index]]
-            with self.client.post(
-                PATH, json=body, headers=self.environment.zh_en_headers, name=PATH, catch_response=True
-            ) as response:
-                if response.status_code != 200:
-                    response.failure(f"HTTP {response.status_code}: {(response.text or '')[:120]}")
-                    return
-                try:
-                    answer = response.json()
-                except ValueError:
-                    response.failure("response is not JSON")
-                    return
-                if not answer.get("translation") or not isinstance(answer.get("stats"), dict):
-                    response.failure("response has no translation or no stats")
-                    return
+            answer = _post(self, body, ("translation", "stats"))
+            if answer is not None:
                 STREAM_COUNTS["answered"] += 1
                 for key in ("sentences", "translated", "cached"):
                     STREAM_COUNTS[key] += int(answer["stats"].get(key, 0))
-                response.success()

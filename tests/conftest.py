@@ -41,6 +41,16 @@ def server(tiny_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         yield running
 
 
+@pytest.fixture(scope="module")
+def handler(tiny_model_dir: Path) -> TranslationHandler:
+    """An initialized int8 handler on the tiny stand-in, fresh per test module (its cache too)."""
+    from tests.unit.test_handler import make_context
+
+    handler = TranslationHandler()
+    handler.initialize(make_context(tiny_model_dir, "int8", 1))
+    return handler
+
+
 @pytest.fixture(scope="session")
 def fuzz_handler(tiny_model_dir: Path) -> TranslationHandler:
     """One initialized handler for property-based tests (hypothesis forbids function-scoped fixtures)."""

@@ -35,13 +35,6 @@ def make_context(model_dir: Path, variant: str, batch: int, **handler_keys: Any)
     return context
 
 
-@pytest.fixture(scope="module")
-def handler(tiny_model_dir: Path) -> TranslationHandler:
-    handler = TranslationHandler()
-    handler.initialize(make_context(tiny_model_dir, "int8", 1))
-    return handler
-
-
 def run(
     handler: TranslationHandler, model_dir: Path, batch: list[dict[str, Any]]
 ) -> tuple[list[Any], Context]:

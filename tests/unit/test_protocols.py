@@ -180,13 +180,6 @@ def test_native_limits_apply_and_errors_remember_the_protocol(
     assert caught.value.protocol == detect(body)
 
 
-@pytest.fixture(scope="module")
-def handler(tiny_model_dir: Path) -> TranslationHandler:
-    handler = TranslationHandler()
-    handler.initialize(make_context(tiny_model_dir, "int8", 1))
-    return handler
-
-
 def test_a_mixed_batch_answers_each_request_in_its_protocol(
     handler: TranslationHandler, tiny_model_dir: Path
 ) -> None:
