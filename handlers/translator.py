@@ -112,7 +112,7 @@ class Translator:
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids without padding; a text over the model's limit is a client error, never truncated."""
-        ids: list[list[int]] = self.tokenizer(list(texts), padding=False, truncation=False)["input_ids"]
+        ids = self._encode_plain(texts)
         for index, row in enumerate(ids):
             if len(row) > self.config.max_input_tokens:
                 raise InvalidRequest(
@@ -126,7 +126,7 @@ class Translator:
         """Token ids per sentence, as chunks within max_input_tokens: a long one is cut, never truncated."""
         if not sentences:
             return []
-        ids: list[list[int]] = self.tokenizer(list(sentences), padding=False, truncation=False)["input_ids"]
+        ids = self._encode_plain(sentences)
         return [
             fit(text, row, self._encode_plain, self.config.max_input_tokens)
             for text, row in zip(sentences, ids, strict=True)
