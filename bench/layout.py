@@ -43,6 +43,7 @@ import yaml
 from archive.build import CONFIG_DIR, MODEL_NAME, ArchiveSpec, build_archive, model_digest
 from archive.tatoeba import REPO_ROOT
 from bench.common import CACHE_OFF, DEFAULT_MODEL, RESULTS_DIR, is_standin, load_model_dir, write_result
+from bench.layout_report import decode_label, markdown_table, plot, point_name, winning_config, write_markdown
 from bench.load import LoadSpec, run_load
 from bench.process_memory import memory_mb, peak_mb, ready_worker_pids, workers_memory
 from handlers.handler_config import HandlerConfig
@@ -65,7 +66,7 @@ class Point:
 
     @property
     def name(self) -> str:
-        return f"{self.workers}w x {self.threads}t, batch {self.batch_size}, rows {self.max_batch_rows}"
+        return point_name(asdict(self))
 
 
 @dataclass(frozen=True)
@@ -240,10 +241,6 @@ def _serve_and_load(sweep: Sweep, server: TorchServe, pids: list[int], results: 
 LOAD_KEYS = ("requests", "failures", "rps", "p50_ms", "p95_ms", "p99_ms", "num_beams", "standin")
 
 
-def decode_label(beams: int | None) -> str:
-    return "default" if beams is None else "greedy" if beams == 1 else f"beam{beams}"
-
-
 def _memory(pids: Sequence[int]) -> dict[str, Any]:
     """Mean resident memory per worker (private + file-backed) and the workers' private total."""
     figures = workers_memory(pids)
@@ -270,130 +267,6 @@ def _served_cleanly(row: dict[str, Any]) -> bool:
     if "error" in row or not row["loads"] or row.get("workers_died", 0):
         return False
     return all(load["failures"] == 0 and load["requests"] > 0 for load in row["loads"])
-
-
-def ranked(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    return sorted(rows, key=lambda r: -r["loads"][0]["rps"] if r.get("loads") else 1.0)
-
-
-def winning_config(result: dict[str, Any]) -> str:
-    """The winner as the model-config keys to set in config/zh_en_<variant>.yaml."""
-    best = result["winner"]
-    if best is None:
-        return "# no point served without failures: nothing to recommend\n"
-    point = Point(**best["point"])
-    load = best["loads"][0]
-    config = {
-        "minWorkers": point.workers,
-        "maxWorkers": point.workers,
-        "batchSize": point.batch_size,
-        "handler": {"threads": point.threads, "max_batch_rows": point.max_batch_rows},
-    }
-    header = (
-        f"# bench.layout winner, {result['variant']}: {point.name}: {load['rps']} req/s at "
-        f"{result['users']} users ({load['decode']} decode), p50 {load['p50_ms']:.0f} ms, "
-        f"p95 {load['p95_ms']:.0f} ms\n# {result['machine']['cpu']}, {result['machine']['cores']} cores, "
-        f"{result['date']}{', offline stand-in' if result['standin'] else ''}\n"
-    )
-    return header + yaml.safe_dump(config, sort_keys=False)
-
-
-def markdown_table(result: dict[str, Any]) -> str:
-    """One row per point, best req/s first (at the first decode); the winner's rank in bold."""
-    head = ["#", "workers", "threads", "batch", "rows"]
-    for beams in result["decodes"]:
-        head += [f"{decode_label(beams)} req/s", "p50 ms", "p95 ms", "failed"]
-    head += ["private MB / worker", "peak MB / worker", "private MB total"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    best = result["winner"]["point"] if result["winner"] else None
-    for rank, row in enumerate(ranked(result["points"]), start=1):
-        point = row["point"]
-        cells = [f"**{rank}**" if point == best else str(rank)]
-        cells += [str(point[key]) for key in ("workers", "threads", "batch_size", "max_batch_rows")]
-        if "error" in row:
-            cells += [f"did not serve: {row['error'][:80]}"] + [""] * (len(head) - len(cells) - 1)
-        else:
-            for load in row["loads"]:
-                cells += [
-                    str(load["rps"]),
-                    f"{load['p50_ms']:.0f}",
-                    f"{load['p95_ms']:.0f}",
-                    str(load["failures"]),
-                ]
-            if row.get("workers_died"):
-                cells[-1] += f", {row['workers_died']} worker(s) died"
-            memory = row["memory_after_runs"]
-            cells += [
-                str(memory.get("private_mb_per_worker", "-")),
-                str(row["peak_worker_mb"] or "-"),
-                str(memory.get("private_mb_total", "-")),
-            ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def write_markdown(result: dict[str, Any], out: Path, plot: Path | None) -> Path:
-    m, decodes = result["machine"], ", ".join(decode_label(b) for b in result["decodes"])
-    parts = [
-        f"# Worker layout, {result['variant']} ({result['date']})",
-        "",
-        f"- `{result['command']}`: {len(result['points'])} points in {result['elapsed_s'] / 60:.1f} minutes",
-        f"- machine: {m['cpu']}, {m['cores']} cores, {m['system']}, Python {m['python']}, torch {m['torch']}",
-        f"- each point: a fresh TorchServe; {result['users']} Locust users (no wait, on the same host), "
-        f"{result['duration']} per decode: {decodes} (default: the model's {result['model_beams']} beams)",
-        f"- fixed: `{result['base_config']}` otherwise (maxBatchDelay {result['max_batch_delay_ms']} ms, "
-        f"decoder {result['decoder']})",
-        "- memory: per worker after the runs (private = what one more worker costs), peak = VmHWM",
-    ]
-    if result["standin"]:
-        parts.append(
-            "- **model: offline stand-in** (random weights, outputs forced to reference lengths): the "
-            "timings transfer to the real model, the translations do not"
-        )
-    parts += ["", markdown_table(result), ""]
-    if result["skipped"]:
-        parts += ["Left out:", "", *(f"- {line}" for line in result["skipped"]), ""]
-    parts += ["Winner, as model-config values:", "", "```yaml", winning_config(result).rstrip(), "```"]
-    if plot is not None:
-        parts += ["", f"![req/s per layout]({plot.name})"]
-    path = out / f"{result['name']}.md"
-    path.write_text("\n".join(parts) + "\n")
-    return path
-
-
-def plot(result: dict[str, Any], out: Path) -> Path | None:
-    rows = [r for r in ranked(result["points"]) if "error" not in r]
-    if not rows:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows.reverse()  # best at the top of a horizontal bar chart
-    best = result["winner"]["point"] if result["winner"] else None
-    figure, axis = plt.subplots(figsize=(8, 1.2 + 0.38 * len(rows)))
-    colors = ["#55a868" if r["point"] == best else "#4c72b0" for r in rows]
-    values = [r["loads"][0]["rps"] for r in rows]
-    axis.barh([Point(**r["point"]).name for r in rows], values, color=colors)
-    for y, (value, row) in enumerate(zip(values, rows, strict=True)):
-        axis.text(
-            value, y, f" {value}  (p95 {row['loads'][0]['p95_ms'] / 1000:.1f} s)", va="center", fontsize=8
-        )
-    axis.set_xlim(0, max(values) * 1.35 or 1)
-    load = rows[0]["loads"][0]
-    axis.set_xlabel(f"requests/s, {result['users']} users, {load['decode']} decode")
-    axis.set_title(f"zh_en {result['variant']}: worker layouts (w workers x t threads)")
-    m = result["machine"]
-    footer = f"{m['cpu']}, {m['cores']} cores, {result['date']}"
-    if result["standin"]:
-        footer += ": offline stand-in (random weights, reference-length outputs)"
-    figure.text(0.5, 0.005, footer, ha="center", fontsize=7, color="#555555")
-    figure.tight_layout(rect=(0, 0.03, 1, 1))
-    path = out / f"{result['name']}.png"
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
 
 
 def parse_beams(value: str) -> int | None:

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from archive.build import CONFIG_DIR
-from bench import layout
+from bench import layout, layout_report
 from bench.layout import FULL, QUICK, Point, grid, layout_config, read_base_config, winner
 from handlers.handler_config import ConfigError, HandlerConfig
 
@@ -117,9 +117,9 @@ def test_table_and_snippet_name_the_winner() -> None:
         "machine": {"cpu": "Test CPU", "cores": 2},
         "standin": True,
     }
-    table = layout.markdown_table(result).splitlines()
+    table = layout_report.markdown_table(result).splitlines()
     assert table[2].startswith("| **1** | 2 | 1 | 16 | 32 | 20.0 |") and table[3].startswith("| 2 | 1 |")
-    snippet = layout.winning_config(result)
+    snippet = layout_report.winning_config(result)
     assert "Test CPU" in snippet and "2026-11-22" in snippet
     assert yaml.safe_load(snippet) == {
         "minWorkers": 2,
