@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench import splitters
+from bench import splitters, splitters_report
 from bench.splitters import Paragraph, candidates, paragraphs, predicted_boundaries, score
 from tests.unit.test_sentences import HARD_CASES
 
@@ -57,5 +57,7 @@ def test_a_small_run_scores_every_splitter_and_renders_the_report() -> None:
     ours = result["splitters"]["ours"]["round_trip"]
     assert ours["join_equals_text"] == ours["offsets_exact"] == ours["texts"]
     assert result["winner"] in result["splitters"] and result["why"]
-    page = splitters.markdown({**result, "date": "today", "machine": {"cores": 2, "python": "3.11"}})
+    page = splitters_report.markdown(
+        {**result, "date": "today", "machine": {"cpu": "Test CPU", "cores": 2, "python": "3.11"}}
+    )
     assert "| ours |" in page and result["command"] in page
