@@ -163,6 +163,11 @@ class Fleet:
         pids = [pid for pid in (java, *server.worker_pids()) if pid is not None and process_alive(pid)]
         for pid in pids:
             os.kill(pid, signal.SIGKILL)
+        # A killed JVM takes a while to exit; until it has, `torchserve --start` finds it through
+        # the pid file and refuses to start the replica again ("already running").
+        deadline = time.monotonic() + 60
+        while any(process_alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
         return pids
 
     def restart_replica(self, name: str) -> None:
@@ -192,9 +197,13 @@ class Fleet:
 
     # Internals
     def _new_replica(self) -> str:
-        taken = {int(name[1:]) for name in self.names()}
-        name = f"r{max(taken, default=0) + 1}"
-        self._save(replace(self.state, replicas=(*self.state.replicas, ReplicaSpec(name, Ports.free()))))
+        numbers = {int(name[1:]) for name in self.names()}
+        name = f"r{max(numbers, default=0) + 1}"
+        # A stopped or killed replica restarts on its old ports: no new replica may take them.
+        taken = {port for spec in self.state.replicas for port in spec.ports.all()}
+        taken.add(int(self.state.front_door.listen.rsplit(":", 1)[1]))
+        ports = Ports.free(taken)
+        self._save(replace(self.state, replicas=(*self.state.replicas, ReplicaSpec(name, ports))))
         return name
 
     def _start_replica(self, name: str, timeout: float = 300.0) -> None:

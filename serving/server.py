@@ -1,21 +1,24 @@
 """Start and stop a real TorchServe from the production config, on chosen (or free) local ports.
 
-Used by the end-to-end tests and the benchmarks. Each instance gets its own
-working directory (key_file.json, logs) and its own TMPDIR, because
-`torchserve --stop` finds the server through a pid file in the temp dir.
+Used by the end-to-end tests, the benchmarks and the replica set. Each instance gets its own
+working directory (key_file.json, logs), its own TMPDIR (`torchserve --stop` finds the server
+through a pid file there) and its own java.io.tmpdir (where the workers' unix sockets live), so
+several servers can run side by side on one host.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,10 +41,52 @@ def is_backend_worker(pid: int) -> bool:
     return state != "Z" and "model_service_worker" in cmdline
 
 
+# Ports below the kernel's ephemeral range: bind(0) hands out ports from that range, where every
+# outgoing connection (a load client, nginx to a replica) also takes its local port, so a server
+# (re)started on a port chosen that way can find it taken and exit.
+LOWEST_PORT = 10000
+
+
+def ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def free_ports(count: int, taken: Collection[int] = ()) -> list[int]:
+    """`count` distinct ports free on 127.0.0.1, none in `taken`, outside the ephemeral range.
+
+    Each candidate stays bound until all are chosen, so no two are the same (closing one socket
+    before binding the next can give the same port twice).
+    """
+    low, high = ephemeral_range()
+    candidates = range(LOWEST_PORT, low) if low - LOWEST_PORT >= 1000 else range(high + 1, 65536)
+    held: list[socket.socket] = []
+    try:
+        for port in random.sample(candidates, len(candidates)):
+            if len(held) == count:
+                break
+            if port in taken:
+                continue
+            sock = socket.socket()
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                sock.close()
+                continue
+            held.append(sock)
+        if len(held) < count:
+            raise OSError(f"fewer than {count} free ports in {candidates}")
+        return [int(sock.getsockname()[1]) for sock in held]
+    finally:
+        for sock in held:
+            sock.close()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
 
 
 @dataclass(frozen=True)
@@ -53,8 +98,11 @@ class Ports:
     grpc_management: int
 
     @classmethod
-    def free(cls) -> Ports:
-        return cls(*(free_port() for _ in range(5)))
+    def free(cls, taken: Collection[int] = ()) -> Ports:
+        return cls(*free_ports(5, taken))
+
+    def all(self) -> tuple[int, ...]:
+        return (self.inference, self.management, self.metrics, self.grpc_inference, self.grpc_management)
 
 
 def render_config(
@@ -102,6 +150,14 @@ def render_config(
     return "\n".join(lines) + "\n"
 
 
+def socket_dir_for(tmpdir: Path) -> Path:
+    """`tmpdir`, or a short private directory when a socket path in it would pass the 107-byte
+    limit of a unix socket's address."""
+    if len(str(tmpdir)) + len("/.ts.sock.65535") <= 107:
+        return tmpdir
+    return Path(tempfile.mkdtemp(prefix="ts-"))
+
+
 class TorchServe:
     """One TorchServe process tree; `with TorchServe(...) as server:` starts and always stops it."""
 
@@ -120,9 +176,11 @@ class TorchServe:
         self.ports = ports or Ports.free()
         self.config_path = self.workdir / "config.properties"
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text(render_config(base_config, self.ports, self.model_store, overrides))
         self.tmpdir = self.workdir / "tmp"
         self.tmpdir.mkdir(exist_ok=True)
+        self.config_path.write_text(render_config(base_config, self.ports, self.model_store, overrides))
+        self.socket_dir = socket_dir_for(self.tmpdir)
+        self.launcher_log = self.workdir / "torchserve.out"
         endpoints = Endpoints(
             inference=f"http://127.0.0.1:{self.ports.inference}",
             management=f"http://127.0.0.1:{self.ports.management}",
@@ -136,6 +194,10 @@ class TorchServe:
         env = {
             **os.environ,
             "TMPDIR": str(self.tmpdir),
+            # `torchserve` makes TEMP the JVM's java.io.tmpdir, where the workers' unix sockets go
+            # (.ts.sock.9000, .9001, ... in every instance): servers sharing /tmp would connect to
+            # each other's workers.
+            "TEMP": str(self.socket_dir),
             "LOG_LOCATION": str(self.workdir / "logs"),
             "METRICS_LOCATION": str(self.workdir / "logs"),
         }
@@ -157,14 +219,14 @@ class TorchServe:
         ]
         if self.models:
             args += ["--models", *self.models]
-        subprocess.run(
-            self.command(*args),
-            cwd=self.workdir,
-            env=self.env,
-            check=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        # A file, not a pipe: the JVM inherits the launcher's stdout and keeps it open for good.
+        with self.launcher_log.open("w") as out:
+            launcher = subprocess.run(
+                self.command(*args), cwd=self.workdir, env=self.env, stdout=out, stderr=subprocess.STDOUT
+            )
+        if launcher.returncode != 0:  # e.g. "TorchServe is already running" (its pid file's process)
+            said = self.launcher_log.read_text(errors="replace").strip()[-500:]
+            raise RuntimeError(f"torchserve --start exited {launcher.returncode}: {said}")
         self._wait_healthy(timeout)
 
     def _wait_healthy(self, timeout: float) -> None:

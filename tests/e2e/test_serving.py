@@ -101,6 +101,10 @@ def test_stop_leaves_no_processes(tiny_store: Path, tmp_path: Path) -> None:
     with server:
         pids = [server.java_pid(), *server.worker_pids()]
         assert len(pids) == 3  # the frontend and two workers, as the model config says
+        # Its workers' sockets are its own: the module's server runs beside it with workers 9000/9001 too.
+        for worker in server.worker_pids():
+            cmdline = Path(f"/proc/{worker}/cmdline").read_bytes().split(b"\0")
+            assert Path(cmdline[cmdline.index(b"--sock-name") + 1].decode()).parent == server.socket_dir
         assert server.client.translate("你好").json()["variant"] == "fp32"
     for pid in pids:
         assert pid is not None
