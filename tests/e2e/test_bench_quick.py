@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from bench import run_all
+from tests.unit.test_latency import assert_quick_ladder
 
 pytestmark = pytest.mark.e2e
 
@@ -33,5 +34,6 @@ def test_quick_bench_writes_results_report_and_plots(
         load = json.loads((tmp_path / f"load-{server}-greedy-u4.json").read_text())
         assert load["requests"] > 0 and load["failures"] == 0
         assert (load["variant"], load["decoder"]) == (variant, decoder)
+    assert_quick_ladder(tmp_path, tiny_model_dir)
     report = (tmp_path / "README.md").read_text()
     assert "offline stand-in" in report and "| 36.12 | 54.81 |" in report

@@ -20,7 +20,7 @@ from handlers.decoding import FastDecoder, GenerateDecoder, RowLimits, SearchRul
 from handlers.handler_config import HandlerConfig
 from handlers.translator import Translator, pad_batch
 
-SENTENCES = 500
+SENTENCES = 300
 
 
 def limits_for(index: int, row: list[int]) -> RowLimits:

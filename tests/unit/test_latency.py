@@ -1,5 +1,5 @@
-"""Latency ladder: the naive baseline really pads, dynamic shapes never do, a quick run reports every rung
-(the CTranslate2 peer included)."""
+"""Latency ladder: the naive baseline really pads, dynamic shapes never do; what a quick run must report
+for every rung (the CTranslate2 peer included), checked on the run `make bench-quick` makes."""
 
 from __future__ import annotations
 
@@ -74,10 +74,12 @@ def test_standin_batches_are_forced_to_their_longest_reference() -> None:
     assert [o.max_new_tokens for o in latency.options_for(sentences, 1, False)] == [None, None]
 
 
-def test_quick_ladder_on_the_tiny_standin(tiny_model_dir: Path, tmp_path: Path) -> None:
-    args = ["--model", str(tiny_model_dir), "--quick", "--results-dir", str(tmp_path)]
-    assert latency.main(args) == 0
-    result = json.loads((tmp_path / "latency.json").read_text())
+def assert_quick_ladder(results_dir: Path, model_dir: Path) -> None:
+    """What `python -m bench.latency --quick` must have written: every rung, the peer, the targets.
+
+    Run once, by `make bench-quick` in tests/e2e/test_bench_quick.py (the ladder takes a minute).
+    """
+    result = json.loads((results_dir / "latency.json").read_text())
     ladder = result["ladders"]["1"]
     rungs = ladder["rungs"]
     assert result["n"] == latency.QUICK_SENTENCES == latency.BATCH == 16  # one full batch
@@ -90,7 +92,7 @@ def test_quick_ladder_on_the_tiny_standin(tiny_model_dir: Path, tmp_path: Path) 
     assert result["peer"]["note"] == "peer, not a serving option"
     assert [row["engine"] for row in rungs] == ["torch"] * 4 + [f"CTranslate2 {version}"] * 2 + ["torch"] * 3
     assert [row.get("decoder") for row in rungs] == ["fast"] * 4 + [None] * 2 + ["generate"] * 2 + ["fast"]
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
     assert rungs[2]["target_vocabulary"] == str(len(target_token_ids(tokenizer, [tokenizer.pad_token_id])))
     assert [row.get("note") for row in rungs[4:6]] == ["peer, not a serving option"] * 2
     per_batch = [row["rung"] in (4, 7, 9, 10) for row in rungs]
