@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from handlers.markup import html_segments
 from handlers.protection import Masked, Protected, mask, protect, restore
 from handlers.request_parsing import TextFormat
 from handlers.scripts import has_han
-from handlers.sentences import Piece, join_sentences, split_text
+from handlers.sentences import Piece, join_sentences, split_text, unwrap_lines
 
 
 @dataclass(frozen=True)
@@ -103,18 +103,22 @@ class Document:
 def plan_document(text: str, text_format: TextFormat = "text") -> Document:
     if text_format == "html":
         parts: list[str | Run] = [
-            segment.raw if segment.protected is None else _run(segment.protected)
+            segment.raw if segment.protected is None else _run(segment.protected, html=True)
             for segment in html_segments(text)
         ]
         return Document(parts, html=True)
     return Document([_run(protect(text))], html=False)
 
 
-def _run(protected: Protected) -> Run:
-    pieces = split_text(protected.text)
-    sentences = [
-        PlannedSentence(protected.expand(piece.text), mask(piece.text, protected))
-        for piece in pieces
-        if piece.is_sentence
-    ]
+def _run(protected: Protected, html: bool = False) -> Run:
+    # HTML source is wrapped at will (a line break inside <p> is a space on screen): line breaks
+    # split only plain text, and the model sees a wrapped HTML sentence on one line.
+    pieces = split_text(protected.text, line_breaks=not html)
+    sentences = []
+    for piece in pieces:
+        if piece.is_sentence:
+            masked = mask(piece.text, protected)
+            if html:
+                masked = replace(masked, core=unwrap_lines(masked.core))
+            sentences.append(PlannedSentence(protected.expand(piece.text), masked))
     return Run(pieces, sentences)

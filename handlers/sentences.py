@@ -6,7 +6,9 @@ text, byte for byte: sentences, and "gaps" (line breaks, blank lines, indentatio
 between sentences). Only sentences reach the model; gaps are copied.
 
 Rules (bench/splitters.py measures them against pysbd and sentencex):
-- a line break always ends a sentence;
+- a line break always ends a sentence in plain text; in HTML source it is whitespace, as a
+  browser shows it (split_text(..., line_breaks=False)), and unwrap_lines() turns it into
+  what the model should see;
 - inside a line, a sentence ends after 。！？；… (and runs of them, like ！？ or ……), after ASCII
   . ! ? ; where they end a sentence (followed by a space, the line's end or a CJK character; a
   "." also not between digits, as in 3.5), and after any closing quotes that follow;
@@ -47,6 +49,7 @@ ABBREVIATIONS = frozenset(
     ["Mr", "Mrs", "Ms", "Dr", "Prof", "St", "Jr", "Sr", "vs", "etc", "No", "Vol", "Fig"]
 )
 LINE_BREAK = re.compile(r"\r\n|\n|\r|\u2028|\u2029")
+WRAPPED_LINE = re.compile(r"\s*(?:\r\n|\n|\r|\u2028|\u2029)\s*")
 CJK = re.compile(r"[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef]")
 
 
@@ -58,8 +61,13 @@ class Piece:
     is_sentence: bool
 
 
-def split_text(text: str) -> list[Piece]:
-    """Sentences and gaps, in order; "".join(piece.text for piece in result) == text."""
+def split_text(text: str, line_breaks: bool = True) -> list[Piece]:
+    """Sentences and gaps, in order; "".join(piece.text for piece in result) == text.
+
+    With `line_breaks` off (HTML), a line break is whitespace: it ends no sentence.
+    """
+    if not line_breaks:
+        return _merge_gaps(_split_line(text))
     pieces: list[Piece] = []
     start = 0
     for match in LINE_BREAK.finditer(text):
@@ -68,6 +76,18 @@ def split_text(text: str) -> list[Piece]:
         start = match.end()
     pieces += _split_line(text[start:])
     return _merge_gaps(pieces)
+
+
+def unwrap_lines(sentence: str) -> str:
+    """A sentence wrapped over source lines (HTML), as a browser shows it: the line break and the
+    spaces around it become nothing between two CJK characters, else one space."""
+
+    def join(match: re.Match[str]) -> str:
+        before = match.string[match.start() - 1 : match.start()]
+        after = match.string[match.end() : match.end() + 1]
+        return "" if CJK.match(before) and CJK.match(after) else " "
+
+    return WRAPPED_LINE.sub(join, sentence)
 
 
 def sentences_of(text: str) -> list[str]:

@@ -113,6 +113,21 @@ def test_html_echo_gives_back_the_input() -> None:
     assert document.render(echo(document.model_inputs)).text == HTML.replace("！&nbsp;", "！ &nbsp;")
 
 
+def test_html_source_wrapped_over_lines_is_one_sentence_per_sentence() -> None:
+    wrapped = "<p>\n  今天天气很好，\n  我们去公园。\n  Hello\n  world 你好。\n</p>\n<p>第二段</p>"
+    document = plan_document(wrapped, "html")
+    # A browser shows these line breaks as nothing (between CJK) or a space: so does the model.
+    assert document.model_inputs == ["今天天气很好，我们去公园。", "Hello world 你好。", "第二段"]
+    rendered = document.render(["Nice weather, to the park.", "Hello world, hi.", "Part two"])
+    assert rendered.text == "<p>\n  Nice weather, to the park.\n  Hello world, hi.\n</p>\n<p>Part two</p>"
+    assert [pair.source for pair in rendered.pairs][:2] == [
+        "今天天气很好，\n  我们去公园。",
+        "Hello\n  world 你好。",
+    ]
+    # Plain text: every line break still ends a sentence, and stays where it was.
+    assert plan_document("今天天气很好，\n我们去公园。").model_inputs == ["今天天气很好，", "我们去公园。"]
+
+
 HTML_PARTS = st.sampled_from(
     [
         "<p>",

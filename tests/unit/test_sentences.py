@@ -61,9 +61,9 @@ ALPHABET = st.sampled_from(list("你好世界。！？；…，、.!?; \n\r\t《
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.text(alphabet=ALPHABET, max_size=80) | st.text(max_size=60))
-def test_split_then_join_gives_back_the_text(text: str) -> None:
-    pieces = split_text(text)
+@given(st.text(alphabet=ALPHABET, max_size=80) | st.text(max_size=60), st.booleans())
+def test_split_then_join_gives_back_the_text(text: str, line_breaks: bool) -> None:
+    pieces = split_text(text, line_breaks)
     assert "".join(p.text for p in pieces) == text
     assert join_sentences(pieces, [(p.text, False) for p in pieces if p.is_sentence]) == text
     # Gaps are whitespace only, sentences never start or end with whitespace, and no two gaps touch.
