@@ -8,8 +8,8 @@ Three measurements, written to bench/results/splitters.json and splitters.md:
   F1, exact paragraphs) and its speed in sentences/s. Some Tatoeba "sentences" are several
   sentences or end with no terminator at all, so the score is also given on the paragraphs whose
   every part holds exactly one terminator run, at its end.
-- Hard cases: tests/unit/test_sentences.py's HARD_CASES (the one list the splitter's tests pin)
-  plus EXTRA_CASES here, grouped by class (book titles, quotes, ellipses, numbers, ...).
+- Hard cases: bench/splitter_cases.py's HARD_CASES (the list the splitter's tests pin) plus
+  its EXTRA_CASES, grouped by class (book titles, quotes, ellipses, numbers, ...).
 - Round trip: do the segments, and the library's own offsets, give back the text exactly, with
   its whitespace? Reassembly needs join == text.
 """
@@ -30,43 +30,11 @@ from typing import Any
 
 from archive.tatoeba import read_blocks
 from bench.common import RESULTS_DIR, write_result
+from bench.splitter_cases import EXTRA_CASES, HARD_CASES
 from bench.splitters_report import markdown
 from handlers.sentences import sentences_of, split_text
-from tests.unit.test_sentences import HARD_CASES
 
 COMMAND = "python -m bench.splitters"
-# More hard cases, with the splits the rules in handlers/sentences.py call for (issue 8).
-EXTRA_CASES: list[tuple[str, list[str]]] = [
-    (
-        "我最喜欢《活着！》和《围城？》这两本书。你呢？",
-        ["我最喜欢《活着！》和《围城？》这两本书。", "你呢？"],
-    ),
-    (
-        "她写道：「今天很好。明天也会很好。」然后放下了笔。",
-        ["她写道：「今天很好。明天也会很好。」然后放下了笔。"],
-    ),
-    ('他说："我很好。你呢？"我没回答。', ['他说："我很好。你呢？"我没回答。']),
-    ("他说：“她告诉我‘别走！’然后哭了。”我很难过。", ["他说：“她告诉我‘别走！’然后哭了。”我很难过。"]),
-    # Two quoted turns of a dialogue: the closing quote after a terminator ends the first.
-    ("“还要咖啡吗？”“不了，谢谢。”", ["“还要咖啡吗？”", "“不了，谢谢。”"]),
-    ("他来了(我看见了!)。你呢？", ["他来了(我看见了!)。", "你呢？"]),
-    ("嗯……好吧。我们走。", ["嗯……", "好吧。", "我们走。"]),
-    ("等一下...好的。", ["等一下...", "好的。"]),
-    ("温度是-3.5度，明天是2.75度。好冷！", ["温度是-3.5度，明天是2.75度。", "好冷！"]),
-    ("版本1.2.3发布了。请更新。", ["版本1.2.3发布了。", "请更新。"]),
-    ("他考了99.5分!太棒了。", ["他考了99.5分!", "太棒了。"]),
-    ("Tom is here. Mary is not. 他们都走了。", ["Tom is here.", "Mary is not.", "他们都走了。"]),
-    ("请访问 example.com 了解更多。", ["请访问 example.com 了解更多。"]),
-    ("我在用Mr. Smith的电脑。", ["我在用Mr. Smith的电脑。"]),
-    ("他说：“我走了。你别来。", ["他说：“我走了。", "你别来。"]),
-    ("好的）。然后呢？", ["好的）。", "然后呢？"]),
-    ("你疯了吗？！我不信。", ["你疯了吗？！", "我不信。"]),
-    ("What?! 真的吗？", ["What?!", "真的吗？"]),
-    ("不！！！绝对不行。", ["不！！！", "绝对不行。"]),
-    ("第一；第二；第三。", ["第一；", "第二；", "第三。"]),
-    ("第一行\n第二行", ["第一行", "第二行"]),
-    ("第一段。\n\n第二段。", ["第一段。", "第二段。"]),
-]
 # First matching class names a case; the order puts the rarer, harder feature first.
 CASE_CLASSES: list[tuple[str, Callable[[str], bool]]] = [
     ("line breaks", lambda t: "\n" in t),

@@ -49,7 +49,7 @@ def markdown(result: dict[str, Any]) -> str:
     cases = result["hard_cases"]
     lines += [
         "",
-        f"## Hard cases ({cases['total']}: tests/unit/test_sentences.py HARD_CASES + bench/splitters.py "
+        f"## Hard cases ({cases['total']}: bench/splitter_cases.py HARD_CASES + "
         "EXTRA_CASES), passed per class",
         "",
         "| class | " + " | ".join(names) + " |",

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from bench import splitters, splitters_report
+from bench.splitter_cases import HARD_CASES
 from bench.splitters import Paragraph, candidates, paragraphs, predicted_boundaries, score
-from tests.unit.test_sentences import HARD_CASES
 
 
 def test_paragraphs_concatenate_two_to_eight_sentences_with_true_boundaries() -> None:

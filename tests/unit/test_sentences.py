@@ -8,32 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.splitter_cases import HARD_CASES
 from handlers.sentences import join_sentences, sentences_of, split_text
-
-HARD_CASES = [
-    # A ！ inside a book title does not end the sentence.
-    ("我读了《你好！世界》。然后睡觉了。", ["我读了《你好！世界》。", "然后睡觉了。"]),
-    # Nor does a 。 inside a quotation; the closing quote stays with its sentence.
-    ("他说：“我很好。你呢？”我没回答。", ["他说：“我很好。你呢？”我没回答。"]),
-    ("「好。」她说。她走了。", ["「好。」她说。", "她走了。"]),
-    ('他说："好。""不。"', ['他说："好。"', '"不。"']),
-    ("他问：“真的吗？”", ["他问：“真的吗？”"]),
-    ("（注：见上文。）下一句。", ["（注：见上文。）下一句。"]),
-    # Decimal numbers and ASCII dots inside Latin words.
-    ("价格是3.5元。很便宜！", ["价格是3.5元。", "很便宜！"]),
-    ("I use Python 3.5. 我喜欢它。", ["I use Python 3.5.", "我喜欢它。"]),
-    ("e.g. the cat. 好的", ["e.g. the cat.", "好的"]),
-    # Runs of terminators and ellipses stay together.
-    ("什么?!真的。", ["什么?!", "真的。"]),
-    ("真的吗？？是的。", ["真的吗？？", "是的。"]),
-    ("他来了……我走了。", ["他来了……", "我走了。"]),
-    ("我们走吧；他们留下。", ["我们走吧；", "他们留下。"]),
-    # An opener without its closer does not glue the rest of the line together.
-    ("（未闭合。继续。", ["（未闭合。", "继续。"]),
-    # Mixed Latin text: an English sentence is its own sentence.
-    ("Hello world. 你好。", ["Hello world.", "你好。"]),
-    ("没有标点的一句话", ["没有标点的一句话"]),
-]
 
 
 @pytest.mark.parametrize(("text", "expected"), HARD_CASES)
