@@ -7,6 +7,7 @@ schema). After the run the server must still be healthy and translate.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -43,7 +44,7 @@ def auth(server: TorchServe) -> dict[str, str]:
 
 
 @schema.parametrize()
-def test_the_server_keeps_the_contract(case: schemathesis.Case, server: TorchServe) -> None:
+def test_the_server_keeps_the_contract(case: schemathesis.Case[Any], server: TorchServe) -> None:
     case.call_and_validate(
         base_url=server.client.endpoints.inference, headers=auth(server), checks=CHECKS, timeout=120
     )

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -23,7 +24,7 @@ from serving.server import TorchServe, process_alive
 pytestmark = pytest.mark.soak
 
 TEXTS = ["汤姆不会同意的。", "我要看病。", "那个穿棕色大衣的女人是谁？", "如果今天是星期日，我會去釣魚。"]
-QUICK = {"num_beams": 1, "max_new_tokens": 12}
+QUICK: dict[str, Any] = {"num_beams": 1, "max_new_tokens": 12}
 # About a second of work per request on the tiny model: enough to fill queues and outlast timeouts.
 # Distinct texts: the sentence cache decodes a repeated sentence once, which would make this light.
 DISTINCT = [f"你好{'一二三四五六七八九十'[i % 10]}{'甲乙'[i // 10]}" for i in range(16)]

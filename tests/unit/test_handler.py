@@ -50,7 +50,7 @@ def test_unknown_handler_key_fails_the_load(tiny_model_dir: Path) -> None:
 
 
 def test_mixed_batch_answers_every_request(handler: TranslationHandler, tiny_model_dir: Path) -> None:
-    batch = [
+    batch: list[dict[str, Any]] = [
         {"body": {"text": "汤姆不会同意的"}},
         {"body": {"text": ""}},
         {"body": "是那家。"},
@@ -112,7 +112,7 @@ def test_request_over_the_decode_budget_is_413_and_names_the_limit(tiny_model_di
 def test_sentences_past_the_batch_budget_get_503_busy_and_the_rest_is_answered(tiny_model_dir: Path) -> None:
     handler = TranslationHandler()
     handler.initialize(make_context(tiny_model_dir, "int8", 1, max_sentences_per_batch=5))
-    batch = [
+    batch: list[dict[str, Any]] = [
         {"body": {"text": "一。二。三。四。", "num_beams": 1}},  # 4 sentences: admitted
         {"body": {"text": "五。六。", "num_beams": 1}},  # 4 + 2 > 5: busy
         {"body": {"text": "七。", "num_beams": 1}},  # 4 + 1 = 5: admitted
