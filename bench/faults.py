@@ -61,6 +61,7 @@ def summarize(load: SteadyLoad) -> dict[str, Any]:
     return {
         "requests": len(load.outcomes),
         "failed": len(failures),
+        "resent_unanswered": load.resent(),
         "failure_samples": sorted({f"{f.status} {f.error}"[:160] for f in failures})[:5],
         "variants": dict(load.variants()),
         "variant_sequence": load.variant_sequence(),

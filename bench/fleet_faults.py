@@ -10,7 +10,9 @@ for the model), and, each under its own load:
 - rolls the default version int8 -> fp32 -> int8 across every replica (serving.fleet roll);
 - SIGKILLs one replica's frontend and workers, restarts it, waits until nginx sends it traffic;
 - adds a replica and reloads nginx; then removes it again (reload, drain, stop).
-For each: requests, failed requests, requests nginx retried on another replica, and timings.
+For each: requests, failed requests, requests nginx retried on another replica, requests the client
+resent because nginx closed their idle keep-alive connection as it reloaded (never read, so never
+answered; translations are idempotent), and timings.
 The per-key rate limit is lifted for the load key: these runs measure availability, and
 tests/e2e/test_fleet.py checks the rate limit. tests/soak/test_fleet_operations.py runs the same
 functions on the tiny stand-in and asserts zero failures.
@@ -62,7 +64,15 @@ def front_door_load(
     fleet: Fleet, key_file: Path, concurrency: int, options: dict[str, int], label: str
 ) -> SteadyLoad:
     texts = unique_texts(label)
-    return SteadyLoad(Endpoints(inference=fleet.door.url), key_file, texts, concurrency, options=options)
+    return SteadyLoad(
+        Endpoints(inference=fleet.door.url),
+        key_file,
+        texts,
+        concurrency,
+        options=options,
+        # nginx closes idle keep-alive connections when it reloads (adding or removing a replica).
+        resend_unanswered=True,
+    )
 
 
 def retried_since(fleet: Fleet, offset: int) -> int:
@@ -195,10 +205,19 @@ def table(result: dict[str, Any]) -> str:
     ]
     lines = ["| event | requests | failed | retried on another replica | recovery |", "|---|---|---|---|---|"]
     lines += [
-        f"| {event} | {part['requests']} | {part['failed']} | {part['retried_on_another_replica']} | {note} |"
+        f"| {event} | {part['requests']} | {_failed(part)} | {part['retried_on_another_replica']} | {note} |"
         for event, part, note in rows
     ]
     return "\n".join(lines)
+
+
+def _failed(part: dict[str, Any]) -> str:
+    resent = part.get("resent_unanswered", 0)
+    return (
+        f"{part['failed']} ({resent} resent after a reload closed their idle connection)"
+        if resent
+        else str(part["failed"])
+    )
 
 
 def _say(message: str) -> None:

@@ -7,6 +7,7 @@ Localhost only, bounded by the caller's duration.
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import time
@@ -29,6 +30,7 @@ class Outcome:
     status: int  # 0 when no HTTP response came back
     variant: str | None
     error: str | None
+    resent: bool = False  # sent again after the first try got no answer (resend_unanswered)
 
 
 @dataclass
@@ -41,6 +43,11 @@ class SteadyLoad:
     concurrency: int = 4
     max_requests: int = 100_000
     options: dict[str, int] = field(default_factory=dict)
+    # A reverse proxy that reloads (nginx) closes its idle keep-alive connections at once; a request
+    # written to one at that instant is never read and gets no answer at all. A translation is
+    # idempotent, so a client may send it again: with this on, such a request is resent once, on a
+    # new connection, and its outcome says so. Any other error, or a second one, is a failure.
+    resend_unanswered: bool = False
     outcomes: list[Outcome] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -72,11 +79,20 @@ class SteadyLoad:
             sent += 1
             self._record(client, text)
 
+    def _send(self, client: TorchServeClient, body: bytes) -> tuple[requests.Response, bool]:
+        try:
+            return client.post_raw(body, "application/json"), False
+        except requests.ConnectionError as error:
+            if not (self.resend_unanswered and unanswered(error)):
+                raise
+        return client.post_raw(body, "application/json"), True
+
     def _record(self, client: TorchServeClient, text: str) -> None:
         started = time.monotonic()
+        resent = False
         try:
             body_out = json.dumps({"text": text, **self.options}).encode()
-            response = client.post_raw(body_out, "application/json")
+            response, resent = self._send(client, body_out)
             body = (
                 response.json()
                 if response.headers.get("content-type", "").startswith("application/json")
@@ -89,15 +105,19 @@ class SteadyLoad:
                 response.status_code,
                 body.get("variant"),
                 None if ok else response.text[:200],
+                resent,
             )
         except requests.RequestException as error:
-            outcome = Outcome(started, time.monotonic() - started, 0, None, str(error)[:200])
+            outcome = Outcome(started, time.monotonic() - started, 0, None, str(error)[:200], resent)
         with self._lock:
             self.outcomes.append(outcome)
 
     # Summaries
     def failures(self) -> list[Outcome]:
         return [outcome for outcome in self.outcomes if outcome.error is not None]
+
+    def resent(self) -> int:
+        return sum(1 for outcome in self.outcomes if outcome.resent)
 
     def variants(self) -> Counter[str | None]:
         return Counter(outcome.variant for outcome in self.outcomes if outcome.error is None)
@@ -109,3 +129,19 @@ class SteadyLoad:
             if outcome.variant and (not sequence or sequence[-1] != outcome.variant):
                 sequence.append(outcome.variant)
         return sequence
+
+
+def unanswered(error: BaseException) -> bool:
+    """The server closed the connection before any byte of an answer: urllib3's "Connection
+    aborted." around RemoteDisconnected or a reset, not an error in the middle of a response."""
+    seen: set[int] = set()
+    pending: list[object] = [error]
+    while pending:
+        item = pending.pop()
+        if not isinstance(item, BaseException) or id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, (http.client.RemoteDisconnected, ConnectionResetError)):
+            return True
+        pending += [*item.args, item.__cause__, item.__context__]
+    return False

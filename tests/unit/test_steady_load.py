@@ -1,0 +1,68 @@
+"""The steady load's resend: only a request the server closed without any answer is sent again."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+import requests
+
+from bench.steady_load import SteadyLoad, unanswered
+from serving.client import Endpoints, TorchServeClient
+
+ANSWER = json.dumps({"translation": "hi", "variant": "int8"}).encode()
+
+
+@pytest.fixture
+def closes_first_connection() -> Iterator[str]:
+    """A server on loopback that reads the first request and hangs up; later ones get a 200."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve() -> None:
+        for number in range(3):
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            with connection:
+                connection.recv(65536)
+                if number > 0:
+                    connection.sendall(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                        + f"Content-Length: {len(ANSWER)}\r\n\r\n".encode()
+                        + ANSWER
+                    )
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{port}"
+    listener.close()
+
+
+@pytest.mark.parametrize("resend", [True, False])
+def test_a_request_closed_without_an_answer_is_resent_once_only_when_asked(
+    closes_first_connection: str, resend: bool
+) -> None:
+    endpoints = Endpoints(inference=closes_first_connection)
+    load = SteadyLoad(endpoints, None, ["你好"], concurrency=1, resend_unanswered=resend)
+    load._record(TorchServeClient(endpoints), "你好")
+    (outcome,) = load.outcomes
+    if resend:
+        assert (outcome.status, outcome.error, outcome.resent) == (200, None, True)
+        assert load.resent() == 1 and load.failures() == []
+    else:
+        assert outcome.status == 0 and "Connection aborted" in (outcome.error or "")
+        assert load.failures() == [outcome]
+
+
+def test_refused_connections_are_not_unanswered_requests() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # bound, not listening: connections are refused
+        with pytest.raises(requests.ConnectionError) as refused:
+            requests.post(f"http://127.0.0.1:{port}/", data=b"x", timeout=5)
+    assert not unanswered(refused.value)
