@@ -61,6 +61,9 @@ def run(fleet: Fleet, key_file: Path, action: Any) -> dict[str, Any]:
     result: dict[str, Any] = under_load(fleet, key_file, CONCURRENCY, QUICK, SETTLE, action)
     assert result["requests"] > 20, result
     assert result["failed"] == 0, result["failure_samples"]
+    # A resend answers a request a reload's closed keep-alive connection never delivered: at most
+    # one per client connection per reload, never a way to hide a failing replica.
+    assert result["resent_unanswered"] <= CONCURRENCY, result
     return result
 
 
