@@ -79,20 +79,18 @@ class SteadyLoad:
             sent += 1
             self._record(client, text)
 
-    def _send(self, client: TorchServeClient, body: bytes) -> tuple[requests.Response, bool]:
-        try:
-            return client.post_raw(body, "application/json"), False
-        except requests.ConnectionError as error:
-            if not (self.resend_unanswered and unanswered(error)):
-                raise
-        return client.post_raw(body, "application/json"), True
-
     def _record(self, client: TorchServeClient, text: str) -> None:
         started = time.monotonic()
         resent = False
         try:
             body_out = json.dumps({"text": text, **self.options}).encode()
-            response, resent = self._send(client, body_out)
+            try:
+                response = client.post_raw(body_out, "application/json")
+            except requests.ConnectionError as error:
+                if not (self.resend_unanswered and unanswered(error)):
+                    raise
+                resent = True
+                response = client.post_raw(body_out, "application/json")
             body = (
                 response.json()
                 if response.headers.get("content-type", "").startswith("application/json")

@@ -17,20 +17,22 @@ ANSWER = json.dumps({"translation": "hi", "variant": "int8"}).encode()
 
 
 @pytest.fixture
-def closes_first_connection() -> Iterator[str]:
-    """A server on loopback that reads the first request and hangs up; later ones get a 200."""
+def hangs_up() -> Iterator[tuple[str, list[int]]]:
+    """A server on loopback that reads each request and hangs up, the first `hang_ups[0]` times;
+    later requests get a 200."""
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
+    hang_ups = [1]
 
     def serve() -> None:
-        for number in range(3):
+        for number in range(4):
             try:
                 connection, _ = listener.accept()
             except OSError:
                 return
             with connection:
                 connection.recv(65536)
-                if number > 0:
+                if number >= hang_ups[0]:
                     connection.sendall(
                         b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
                         + f"Content-Length: {len(ANSWER)}\r\n\r\n".encode()
@@ -39,15 +41,15 @@ def closes_first_connection() -> Iterator[str]:
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{port}"
+    yield f"http://127.0.0.1:{port}", hang_ups
     listener.close()
 
 
 @pytest.mark.parametrize("resend", [True, False])
 def test_a_request_closed_without_an_answer_is_resent_once_only_when_asked(
-    closes_first_connection: str, resend: bool
+    hangs_up: tuple[str, list[int]], resend: bool
 ) -> None:
-    endpoints = Endpoints(inference=closes_first_connection)
+    endpoints = Endpoints(inference=hangs_up[0])
     load = SteadyLoad(endpoints, None, ["你好"], concurrency=1, resend_unanswered=resend)
     load._record(TorchServeClient(endpoints), "你好")
     (outcome,) = load.outcomes
@@ -57,6 +59,16 @@ def test_a_request_closed_without_an_answer_is_resent_once_only_when_asked(
     else:
         assert outcome.status == 0 and "Connection aborted" in (outcome.error or "")
         assert load.failures() == [outcome]
+
+
+def test_a_resend_that_gets_no_answer_either_is_a_failure(hangs_up: tuple[str, list[int]]) -> None:
+    url, hang_ups = hangs_up
+    hang_ups[0] = 2
+    endpoints = Endpoints(inference=url)
+    load = SteadyLoad(endpoints, None, ["你好"], concurrency=1, resend_unanswered=True)
+    load._record(TorchServeClient(endpoints), "你好")
+    (outcome,) = load.outcomes
+    assert (outcome.status, outcome.resent) == (0, True) and load.failures() == [outcome]
 
 
 def test_refused_connections_are_not_unanswered_requests() -> None:
