@@ -14,11 +14,12 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import os
 import re
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+
+from serving.files import write_atomically
 
 KEY_PREFIX = "zhen_"  # lets secret scanners recognise a leaked key
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
@@ -39,10 +40,7 @@ def digest(key: str) -> str:
 
 def write_client_key(path: Path, key: str) -> None:
     """A key in key_file.json's shape, mode 0600: serving.client and bench.steady_load read it as is."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        json.dump({"inference": {"key": key}}, out)
-    os.chmod(path, 0o600)
+    write_atomically(path, json.dumps({"inference": {"key": key}}), mode=0o600)
 
 
 def new_key() -> str:
@@ -87,9 +85,4 @@ class KeyStore:
         lines = ["# client keys for the front door (serving.fleet keys): SHA-256 digest -> name"]
         lines += [f'"{e.digest}" "{e.name}";  # {e.created}' for e in entries]
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        staged = self.path.with_suffix(".staged")
-        fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write("\n".join(lines) + "\n")
-        os.chmod(staged, 0o600)  # O_CREAT's mode does not apply to a file left over from before
-        staged.replace(self.path)
+        write_atomically(self.path, "\n".join(lines) + "\n", mode=0o600)

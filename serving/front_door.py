@@ -23,7 +23,7 @@ import requests
 
 from serving.fleet_keys import KeyStore
 from serving.nginx_conf import FrontDoorConfig, FrontDoorPaths, render, write_upstreams
-from serving.server import process_alive
+from serving.server import process_alive, wait_gone
 
 
 class NginxError(RuntimeError):
@@ -110,12 +110,8 @@ class FrontDoor:
             return
         pids = [master, *self.worker_pids()]
         self._nginx("-s", "quit")
-        deadline = time.monotonic() + timeout
-        while any(process_alive(pid) for pid in pids) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        for pid in pids:
-            if process_alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        for pid in wait_gone(pids, timeout):
+            os.kill(pid, signal.SIGKILL)
 
     def healthz(self, timeout: float = 10.0) -> requests.Response:
         return requests.get(f"{self.url}/healthz", timeout=timeout)

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from serving.files import write_atomically
+
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "deploy" / "nginx"
 JS_MODULE_DIRS = ("/usr/lib/nginx/modules", "/usr/share/nginx/modules", "/etc/nginx/modules")
 WORKER_USERS = ("www-data", "nginx", "nobody")
@@ -108,9 +110,9 @@ def write_upstreams(paths: FrontDoorPaths, ports: Sequence[int], config: FrontDo
     if not ports:
         raise ValueError("a front door needs at least one replica")
     lines = [f"server 127.0.0.1:{port} max_fails=1 fail_timeout={config.fail_timeout_s}s;" for port in ports]
-    staged = paths.upstreams.with_suffix(".staged")
-    staged.write_text("# written by serving.fleet: one line per replica\n" + "\n".join(lines) + "\n")
-    staged.replace(paths.upstreams)
+    write_atomically(
+        paths.upstreams, "# written by serving.fleet: one line per replica\n" + "\n".join(lines) + "\n"
+    )
 
 
 def upstream_ports(paths: FrontDoorPaths) -> list[int]:

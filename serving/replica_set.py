@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from serving.client import ServerError
+from serving.files import write_atomically
 from serving.front_door import FrontDoor
 from serving.nginx_conf import FrontDoorConfig, FrontDoorPaths
-from serving.server import REPO_ROOT, Ports, TorchServe, process_alive
+from serving.server import REPO_ROOT, Ports, TorchServe, process_alive, wait_gone
 from serving.swap import PROBE_TEXT, resolve_target, swap
 
 REPLICA_CONFIG = REPO_ROOT / "config" / "config.replica.properties"
@@ -165,9 +166,7 @@ class Fleet:
             os.kill(pid, signal.SIGKILL)
         # A killed JVM takes a while to exit; until it has, `torchserve --start` finds it through
         # the pid file and refuses to start the replica again ("already running").
-        deadline = time.monotonic() + 60
-        while any(process_alive(pid) for pid in pids) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_gone(pids, timeout=60, poll=0.05)
         return pids
 
     def restart_replica(self, name: str) -> None:
@@ -217,9 +216,7 @@ class Fleet:
     def _save(self, state: FleetState) -> None:
         self.state = state
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        staged = self.run_dir / "fleet.json.staged"
-        staged.write_text(state.to_json())
-        staged.replace(self.run_dir / "fleet.json")
+        write_atomically(self.run_dir / "fleet.json", state.to_json())
 
 
 def _prefixed(say: Callable[[str], None], prefix: str) -> Callable[[str], None]:

@@ -270,13 +270,9 @@ class TorchServe:
             stderr=subprocess.DEVNULL,
             check=False,
         )
-        deadline = time.monotonic() + timeout
         pids = [pid for pid in [java, *workers] if pid is not None]
-        while any(process_alive(pid) for pid in pids) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        for pid in pids:  # a clean stop leaves nothing; this only guards against a wedged server
-            if process_alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        for pid in wait_gone(pids, timeout, poll=0.2):  # only a wedged server leaves any
+            os.kill(pid, signal.SIGKILL)
 
     def __enter__(self) -> TorchServe:
         try:
@@ -288,6 +284,14 @@ class TorchServe:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def wait_gone(pids: Sequence[int], timeout: float, poll: float = 0.1) -> list[int]:
+    """Wait up to `timeout` seconds for every pid to exit; the ones still alive then."""
+    deadline = time.monotonic() + timeout
+    while (alive := [pid for pid in pids if process_alive(pid)]) and time.monotonic() < deadline:
+        time.sleep(poll)
+    return alive
 
 
 def process_alive(pid: int) -> bool:
