@@ -74,9 +74,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--model", default="Helsinki-NLP/opus-mt-zh-en", help="as for archive.build")
-    # Unused since every server here packs its own cache-off archive from --model; still accepted
-    # because callers (tests/e2e/test_bench_quick.py) pass it.
-    parser.add_argument("--model-store", type=Path, default=Path("model_store"), help=argparse.SUPPRESS)
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
