@@ -6,7 +6,7 @@ For each variant and beam count, every sentence is decoded alone by generate() w
 non-target ids suppressed (the reference) and by the fast decoder; a difference is a sentence
 whose token ids differ, reported with the step where they first part (floating-point near-ties
 are the only expected cause). Batch invariance: the fast decoder in batches of 16 against the
-same sentences alone (int8 quantizes a batch's activations with one scale, so it can differ).
+same sentences alone (0 expected: int8 quantizes each row on its own range, handlers.row_int8).
 On the stand-in every output is forced to its reference length. Writes bench/results/exactness.json.
 """
 

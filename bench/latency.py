@@ -5,7 +5,7 @@
 
 Rungs (1 intra-op thread each):
   1. fp32, every input padded to a fixed 128 tokens (the naive baseline)
-  2. fp32, dynamic shapes (one sentence, never padded)
+  2. fp32, dynamic shapes (one sentence, padded only to its next multiple of 8)
   3. int8, dynamic shapes
   4. int8, dynamic shapes, batches of 16 padded to their longest (what server-side batching does)
   5. with --http: the same sentences one at a time through a real TorchServe serving the int8 archive

@@ -1,14 +1,26 @@
-"""Cut a TorchServe batch into decode units: rows (texts x beams) within a budget, similar lengths together.
+"""Cut a TorchServe batch into decode units, and fix how far each sentence is padded.
 
-A unit is one padded encoder call and one decode loop. Grouping by beam count lets beams share
-a loop; sorting by input length keeps padding small; the row budget bounds how many rows one
-loop carries (bench.layout measures the best budget for a host).
+A unit is one decode loop. Grouping by beam count lets beams share a loop; sorting by input
+length keeps padding small; the row budget bounds how many rows one loop carries (bench.layout
+measures the best budget for a host).
+
+A sentence is padded to the next multiple of PAD_MULTIPLE tokens, a width that depends on its
+own length only, so it meets the same attention shapes alone or beside any other sentence
+(handlers.cross_attention says why that matters). That costs at most 7 pad tokens per sentence,
+never a fixed length.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+
+PAD_MULTIPLE = 8
+
+
+def padded_width(length: int) -> int:
+    """The encoder width a sentence of `length` tokens is padded to, alone or in any batch."""
+    return -(-length // PAD_MULTIPLE) * PAD_MULTIPLE
 
 
 def plan_units(lengths: Sequence[int], beams: Sequence[int], max_rows: int) -> list[list[int]]:

@@ -24,8 +24,10 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
 
+from handlers.batching import padded_width
+from handlers.cross_attention import CrossMemory, WidthGroup
+from handlers.row_int8 import RowInt8Linear
 from handlers.vocabulary import TargetOutputLayer, target_token_ids
 
 NEG = -1.0e9  # generate()'s "never pick this" score, added the same way so sums round the same
@@ -109,22 +111,6 @@ class GenerateDecoder:
         return ids
 
 
-@dataclass
-class _Cross:
-    """Per sentence, shared by its beams: encoder keys/values per layer and the padding mask."""
-
-    keys: list[torch.Tensor]  # (sentences, heads, source length, head dim)
-    values: list[torch.Tensor]
-    mask: torch.Tensor | None  # (sentences, 1, 1, source length), True = attend; None without padding
-
-    def keep(self, rows: torch.Tensor) -> _Cross:
-        return _Cross(
-            [k.index_select(0, rows) for k in self.keys],
-            [v.index_select(0, rows) for v in self.values],
-            None if self.mask is None else self.mask.index_select(0, rows),
-        )
-
-
 class FastDecoder:
     name = "fast"
 
@@ -144,34 +130,46 @@ class FastDecoder:
     def decode(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, limits: Sequence[RowLimits], beams: int
     ) -> list[list[int]]:
-        encoded = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        cross = self._cross(encoded, attention_mask)
-        caps = torch.tensor([limit.max_new_tokens for limit in limits])
-        minimums = torch.tensor([limit.min_new_tokens for limit in limits])
+        """Sentences are encoded and attended in groups of one padded width, then put back in order."""
+        widths = [padded_width(int(n)) for n in attention_mask.sum(dim=1)]
+        if max(widths) > input_ids.shape[1]:
+            raise ValueError(f"inputs must be padded to {max(widths)} columns: use translator.pad_batch")
+        order = sorted(range(len(widths)), key=widths.__getitem__)
+        groups = [
+            self._encode(input_ids[members, :width], attention_mask[members, :width])
+            for width, members in _runs(order, widths)
+        ]
+        caps = torch.tensor([limits[i].max_new_tokens for i in order])
+        minimums = torch.tensor([limits[i].min_new_tokens for i in order])
         if beams == 1:
-            return self._greedy(cross, caps, minimums)
-        return _BeamSearch(self, cross, caps, minimums, beams).run()
+            decoded = self._greedy(CrossMemory(groups), caps, minimums)
+        else:
+            decoded = _BeamSearch(self, CrossMemory(groups), caps, minimums, beams).run()
+        results: list[list[int]] = [[] for _ in order]
+        for position, index in enumerate(order):
+            results[index] = decoded[position]
+        return results
 
-    def _cross(self, encoded: torch.Tensor, attention_mask: torch.Tensor) -> _Cross:
-        sentences, length, _ = encoded.shape
+    def _encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> WidthGroup:
+        encoded = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        sentences, width, _ = encoded.shape
         keys, values = [], []
         for layer in self.layers:
             attention = layer.encoder_attn
-            shape = (sentences, length, self.heads, -1)
+            shape = (sentences, width, self.heads, -1)
             keys.append(attention.k_proj(encoded).view(shape).transpose(1, 2))
             values.append(attention.v_proj(encoded).view(shape).transpose(1, 2))
-        mask = None if bool(attention_mask.all()) else attention_mask.bool()[:, None, None, :]
-        return _Cross(keys, values, mask)
+        return WidthGroup(keys, values, attention_mask.bool()[:, None, None, :])
 
     def step(
-        self, tokens: torch.Tensor, position: int, cache: list[KeyValues], cross: _Cross
+        self, tokens: torch.Tensor, position: int, cache: list[KeyValues], cross: CrossMemory
     ) -> torch.Tensor:
         """One decoder position for every row; rows are sentence-major (a sentence's beams adjacent).
 
         Appends this position's self-attention keys/values to `cache`; returns target-side logits.
         """
         rows = tokens.shape[0]
-        beams = rows // cross.keys[0].shape[0]
+        beams = rows // cross.sentences
         position_embedding = self.positions[position : position + 1]
         hidden = self.embed_tokens(tokens[:, None]) * self.embed_scale + position_embedding
         for index, layer in enumerate(self.layers):
@@ -192,9 +190,7 @@ class FastDecoder:
             # Cross-attention: a sentence's beams are query positions over its one copy of the keys.
             attention = layer.encoder_attn
             query = attention.q_proj(hidden).view(-1, beams, self.heads, attention.head_dim).transpose(1, 2)
-            attended = F.scaled_dot_product_attention(
-                query, cross.keys[index], cross.values[index], attn_mask=cross.mask, scale=attention.scaling
-            )
+            attended = cross.attend(index, query, attention.scaling)
             attended = attended.transpose(1, 2).reshape(rows, 1, -1)
             hidden = layer.encoder_attn_layer_norm(hidden + attention.out_proj(attended))
 
@@ -216,7 +212,7 @@ class FastDecoder:
                 scores[forced] = -math.inf
                 scores[forced, self.eos_column] = 0.0
 
-    def _greedy(self, cross: _Cross, caps: torch.Tensor, minimums: torch.Tensor) -> list[list[int]]:
+    def _greedy(self, cross: CrossMemory, caps: torch.Tensor, minimums: torch.Tensor) -> list[list[int]]:
         results: list[list[int]] = [[] for _ in range(len(caps))]
         alive = torch.arange(len(caps))
         tokens = torch.full((len(caps),), self.rules.decoder_start, dtype=torch.long)
@@ -241,7 +237,7 @@ class _BeamSearch:
     """Beam search over a unit of sentences, each decoded as generate() decodes it alone."""
 
     def __init__(
-        self, decoder: FastDecoder, cross: _Cross, caps: torch.Tensor, minimums: torch.Tensor, beams: int
+        self, decoder: FastDecoder, cross: CrossMemory, caps: torch.Tensor, minimums: torch.Tensor, beams: int
     ) -> None:
         self.decoder, self.cross, self.beams = decoder, cross, beams
         self.rules = decoder.rules
@@ -343,6 +339,17 @@ class _BeamSearch:
         return keep
 
 
+def _runs(order: Sequence[int], widths: Sequence[int]) -> list[tuple[int, list[int]]]:
+    """`order` (indices sorted by width) cut into runs of one width: (width, member indices)."""
+    runs: list[tuple[int, list[int]]] = []
+    for index in order:
+        if runs and runs[-1][0] == widths[index]:
+            runs[-1][1].append(index)
+        else:
+            runs.append((widths[index], [index]))
+    return runs
+
+
 def _gather(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """tensor[s, index[s, j], ...] for every sentence s: picks beams (dim 1) per sentence."""
     expanded = index.reshape(*index.shape, *([1] * (tensor.dim() - 2)))
@@ -359,7 +366,7 @@ def make_decoder(name: str, model: Any, tokenizer: Any) -> Decoder:
     bad_words = [i for ids in (model.generation_config.bad_words_ids or []) for i in ids]
     ids = target_token_ids(tokenizer, excluded=[tokenizer.pad_token_id, *bad_words])
     output = TargetOutputLayer(model.lm_head, model.final_logits_bias, ids)
-    if isinstance(model.lm_head, DynamicQuantizedLinear):
+    if isinstance(model.lm_head, RowInt8Linear):
         # The full int8 head is a private copy nothing uses now (an fp32 head is the shared embedding).
         model.lm_head = ReleasedHead()
     return FastDecoder(model, output, rules)

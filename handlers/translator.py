@@ -21,11 +21,16 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from transformers.utils import logging as transformers_logging
 
-from handlers.batching import plan_units
+from handlers.batching import padded_width, plan_units
 from handlers.decoding import Decoder, RowLimits, make_decoder
 from handlers.handler_config import HandlerConfig
 from handlers.long_sentences import fit
-from handlers.quantization import count_quantized_linear, quantize_linear_int8, return_freed_heap
+from handlers.quantization import (
+    count_quantized_linear,
+    drop_clean_weight_pages,
+    quantize_int8,
+    return_freed_heap,
+)
 from handlers.request_parsing import GenerationOptions, InvalidRequest
 
 logger = logging.getLogger(__name__)
@@ -56,8 +61,12 @@ def configure_threads(threads: int) -> None:
 
 
 def pad_batch(ids: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad to the longest member only (dynamic shapes): one text is never padded."""
-    longest = max(len(row) for row in ids)
+    """Right-pad to the longest member's padded width (dynamic shapes, never a fixed length).
+
+    The width is the next multiple of 8 (handlers.batching.padded_width), so a sentence alone is
+    padded exactly as the decoder pads it within any batch.
+    """
+    longest = padded_width(max(len(row) for row in ids))
     input_ids = torch.full((len(ids), longest), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((len(ids), longest), dtype=torch.long)
     for row, tokens in enumerate(ids):
@@ -92,7 +101,9 @@ class Translator:
         model.generation_config.max_length = None
         parameters = sum(p.numel() for p in model.parameters())
         if config.quantize:
-            model = quantize_linear_int8(model)
+            model = quantize_int8(model)
+            return_freed_heap()
+            drop_clean_weight_pages(model_dir)
         info = ModelInfo(
             source=_model_source(model_dir),
             standin=(model_dir / STANDIN_MARKER).exists(),

@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
+
+from handlers.row_int8 import RowInt8Linear
 
 
 def target_token_ids(tokenizer: Any, excluded: Iterable[int] = ()) -> torch.Tensor:
@@ -56,18 +57,8 @@ class TargetOutputLayer(nn.Module):
 
 
 def _slice_rows(lm_head: nn.Module, ids: torch.Tensor) -> nn.Module:
-    if isinstance(lm_head, DynamicQuantizedLinear):
-        weight, bias = lm_head._weight_bias()  # type: ignore[no-untyped-call]
-        if weight.qscheme() != torch.per_tensor_affine:
-            raise ValueError(f"expected a per-tensor quantized lm_head, got {weight.qscheme()}")
-        rows = torch._make_per_tensor_quantized_tensor(
-            weight.int_repr()[ids].contiguous(), weight.q_scale(), weight.q_zero_point()
-        )
-        sliced = DynamicQuantizedLinear(  # type: ignore[no-untyped-call]
-            lm_head.in_features, int(ids.numel()), dtype=torch.qint8
-        )
-        sliced.set_weight_bias(rows, None if bias is None else bias[ids])
-        return sliced
+    if isinstance(lm_head, RowInt8Linear):
+        return lm_head.rows(ids)
     if isinstance(lm_head, nn.Linear):
         linear = nn.Linear(lm_head.in_features, int(ids.numel()), bias=lm_head.bias is not None)
         with torch.no_grad():

@@ -13,7 +13,7 @@ def test_exactness_reports_differences_and_batch_invariance(tiny_model_dir: Path
     assert exactness.main([*args, "--results-dir", str(tmp_path)]) == 0
     run = json.loads((tmp_path / "exactness.json").read_text())["runs"][0]
     assert run["sentences"] == 6 and run["differ_from_generate"] == len(run["first_difference_at_step"])
-    assert 0 <= run["batch_of_16_changes"] <= 6
+    assert run["batch_of_16_changes"] == 0  # per-row int8: a batch changes nothing
 
 
 def test_row_budget_curve_is_written_and_plotted(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -29,3 +29,11 @@ def test_profile_keeps_the_top_operators(tiny_model_dir: Path, tmp_path: Path) -
     assert profile.main(args) == 0
     text = (tmp_path / "profile-fast-int8-beam4-batch2.txt").read_text()
     assert "quantized::linear_dynamic" in text and "Self CPU" in text
+
+
+def test_int8_kernels_checks_the_chosen_kernel_and_tables_every_kernel() -> None:
+    from bench import int8_kernels
+
+    assert int8_kernels.per_row_invariant()
+    row = {"rows": 1, "in": 512, "out": 512, **{name: 10.0 for name in int8_kernels.KERNELS}, "per_row": 15.0}
+    assert int8_kernels.markdown([row]).splitlines()[-1].endswith("| 1.50 |")

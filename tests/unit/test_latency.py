@@ -47,13 +47,13 @@ class FakeTranslator:
         return ["x"] * len(rows)
 
 
-def test_fixed_padding_pads_every_row_to_128_and_dynamic_never_pads_one_sentence() -> None:
+def test_fixed_padding_pads_every_row_to_128_and_dynamic_pads_one_sentence_to_its_multiple_of_8() -> None:
     ids = [[5, 6, 7], [8]]
     fixed, mask = latency.pad_to_fixed(ids, 128, pad_id=0)
     assert fixed.shape == (2, 128) and mask.sum().item() == 4
     assert fixed[1, 1:].eq(0).all()
     single, single_mask = pad_batch([[5, 6, 7]], pad_id=0)
-    assert single.shape == (1, 3) and bool(single_mask.all())
+    assert single.shape == (1, 8) and int(single_mask.sum()) == 3
 
 
 def test_rungs_send_fixed_128_or_unpadded_single_sentences() -> None:

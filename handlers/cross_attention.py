@@ -1,0 +1,70 @@
+"""Cross-attention memory: each sentence's encoder keys and values, grouped by padded width.
+
+A sentence is padded to a width that depends on its own length only (handlers.batching), and
+attends over its encoder output together with the other sentences of that width, never padded
+further for a longer neighbour. Attention over extra padding is not bit-stable (the softmax and
+its sums change order with the width), and int8 rounding can turn a last-bit change into another
+token, so this grouping is what makes a sentence decode the same alone or in any batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class WidthGroup:
+    """Sentences of one padded width, shared by their beams."""
+
+    keys: list[torch.Tensor]  # per decoder layer: (sentences, heads, width, head dim)
+    values: list[torch.Tensor]
+    mask: torch.Tensor  # (sentences, 1, 1, width), True = attend; always given, so one kernel path
+
+    @property
+    def sentences(self) -> int:
+        return int(self.mask.shape[0])
+
+    def keep(self, rows: torch.Tensor) -> WidthGroup:
+        return WidthGroup(
+            [k.index_select(0, rows) for k in self.keys],
+            [v.index_select(0, rows) for v in self.values],
+            self.mask.index_select(0, rows),
+        )
+
+
+@dataclass
+class CrossMemory:
+    """The width groups of a decode, in sentence order: group g holds the next `sentences` sentences."""
+
+    groups: list[WidthGroup]
+
+    @property
+    def sentences(self) -> int:
+        return sum(group.sentences for group in self.groups)
+
+    def keep(self, rows: torch.Tensor) -> CrossMemory:
+        """The sentences `rows` (ascending), as each group keeps its own."""
+        kept, start = [], 0
+        for group in self.groups:
+            inside = rows[(rows >= start) & (rows < start + group.sentences)] - start
+            if inside.numel():
+                kept.append(group.keep(inside))
+            start += group.sentences
+        return CrossMemory(kept)
+
+    def attend(self, layer: int, query: torch.Tensor, scale: float) -> torch.Tensor:
+        """query (sentences, heads, beams, head dim): each sentence over its own group's keys."""
+        parts: Sequence[torch.Tensor] = (
+            [query] if len(self.groups) == 1 else torch.split(query, [g.sentences for g in self.groups])
+        )
+        attended = [
+            F.scaled_dot_product_attention(
+                part, group.keys[layer], group.values[layer], attn_mask=group.mask, scale=scale
+            )
+            for part, group in zip(parts, self.groups, strict=True)
+        ]
+        return attended[0] if len(attended) == 1 else torch.cat(attended)

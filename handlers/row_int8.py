@@ -1,0 +1,99 @@
+"""int8 layers whose output for one row never depends on the other rows of its call.
+
+torch's dynamic int8 Linear (fbgemm) quantizes its whole input with one scale and zero point,
+taken from the input's min and max: a sentence's activations are rounded on a grid set by
+whatever else shares the call, so its translation depends on its batch. CTranslate2 gives every
+row its own scale. fbgemm has no per-row activation kernel, but its per-tensor range is just
+the input's min and max, so we make that range the same for every call: each row is mapped
+affinely onto exactly [0, 1] (its min to 0 and its max to 1, both exact in floating point),
+fbgemm then always picks scale 1/127 and zero point 0, and the row's own offset and span are
+put back after the int32 product:
+
+    W x = span * (W u) + lo * (W 1),   u = (x - lo) / span
+
+The int32 accumulation is exact and every other operation is per element, so a row's output is
+the same bit for bit alone, in a batch of 16 or beside a 500-token document. Each row keeps
+its own asymmetric 7-bit grid (fbgemm's reduce_range on x86), as fine as the per-tensor grid was
+for the row that set it. Weights stay the int8 tensors quantize_dynamic made; bench.int8_kernels
+holds the measurements that chose this over torch._int_mm and int8 weight-only kernels.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
+
+# A constant row (span 0) maps to all zeros; the clamp only keeps the division finite.
+_TINY_SPAN = torch.finfo(torch.float32).tiny
+
+
+class RowInt8Linear(nn.Module):
+    """A qint8 weight packed for fbgemm, applied with one activation range per input row."""
+
+    row_sums: torch.Tensor
+    bias: torch.Tensor
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        self.out_features, self.in_features = weight.shape
+        self.packed = torch.ops.quantized.linear_prepack(weight, None)
+        self.register_buffer("row_sums", weight.dequantize().sum(dim=1), persistent=False)
+        zeros = torch.zeros(self.out_features)
+        self.register_buffer("bias", zeros if bias is None else bias.detach().clone(), persistent=False)
+
+    @classmethod
+    def of(cls, module: DynamicQuantizedLinear) -> RowInt8Linear:
+        weight, bias = module._weight_bias()  # type: ignore[no-untyped-call]
+        return cls(weight, bias)
+
+    def weight(self) -> torch.Tensor:
+        """The qint8 weight (out_features x in_features), as quantize_dynamic made it."""
+        weight: torch.Tensor = torch.ops.quantized.linear_unpack(self.packed)[0]
+        return weight
+
+    def rows(self, ids: torch.Tensor) -> RowInt8Linear:
+        """The same layer cut to the output rows `ids` (their int8 values and scale unchanged)."""
+        weight = self.weight()
+        if weight.qscheme() != torch.per_tensor_affine:
+            raise ValueError(f"expected a per-tensor qint8 weight, got {weight.qscheme()}")
+        kept = torch._make_per_tensor_quantized_tensor(
+            weight.int_repr()[ids].contiguous(), weight.q_scale(), weight.q_zero_point()
+        )
+        return RowInt8Linear(kept, self.bias[ids])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features)
+        low, high = torch.aminmax(flat, dim=-1, keepdim=True)
+        span = (high - low).clamp_min_(_TINY_SPAN)
+        unit = (flat - low).div_(span)  # x = high gives (high - low) / (high - low): exactly 1
+        product = torch.ops.quantized.linear_dynamic(unit, self.packed, True)
+        out = torch.addcmul(torch.addcmul(self.bias, low, self.row_sums), product, span)
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, activations=per-row"
+
+
+class RowInt8Embedding(nn.Module):
+    """Weight-only int8 embedding: one symmetric scale per vocabulary row, looked up as fp32.
+
+    The tied 65,001 x 512 table is a third of the model; kept in fp32 it made an int8 worker
+    heavier than the unquantized linears it saved.
+    """
+
+    codes: torch.Tensor
+    scales: torch.Tensor
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        super().__init__()
+        scales = weight.detach().abs().amax(dim=1, keepdim=True).clamp_min(_TINY_SPAN) / 127
+        self.register_buffer("codes", torch.round(weight.detach() / scales).to(torch.int8), persistent=False)
+        self.register_buffer("scales", scales, persistent=False)
+        self.num_embeddings, self.embedding_dim = weight.shape
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.codes[ids].to(torch.float32) * self.scales[ids]
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, weights=int8 per row"

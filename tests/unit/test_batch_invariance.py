@@ -1,0 +1,56 @@
+"""A sentence's ids never depend on what it was decoded beside: alone, in batches of 16, in 64-row units.
+
+On the lively tiny stand-in (outputs vary with the input and end at varied lengths), 200 test
+sentences of mixed lengths, fp32 and int8, greedy and beam 4. Batches of 16 are taken in test-set
+order, so their members differ in length and padding; units come from plan_units, as the server
+cuts them. int8 gets this from per-row activation ranges (handlers.row_int8), both variants from
+padding each sentence by its own length only (handlers.batching, handlers.cross_attention).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.common import sample_sentences
+from handlers.batching import plan_units
+from handlers.decoding import RowLimits
+from handlers.handler_config import HandlerConfig, Variant
+from handlers.translator import Translator, pad_batch
+
+SENTENCES = 200
+
+
+def decode(
+    translator: Translator, ids: list[list[int]], limits: list[RowLimits], beams: int
+) -> list[list[int]]:
+    input_ids, mask = pad_batch(ids, translator.tokenizer.pad_token_id)
+    return translator.decoder.decode(input_ids, mask, limits, beams)
+
+
+@pytest.mark.parametrize("variant", ["fp32", "int8"])
+def test_a_sentence_decodes_the_same_alone_and_in_any_batch(lively_model_dir: Path, variant: Variant) -> None:
+    translator = Translator.load(lively_model_dir, HandlerConfig(variant=variant, warmup=False))
+    sentences = sample_sentences(translator.tokenizer, SENTENCES)
+    ids = translator.encode([s.source for s in sentences])
+    limits = [RowLimits(min(40, 2 * len(row) + 10)) for row in ids]
+    assert len({len(row) for row in ids}) > 10, "the sample must mix lengths"
+    for beams in (1, 4):
+        alone = [decode(translator, [row], [limit], beams)[0] for row, limit in zip(ids, limits, strict=True)]
+        assert len({len(out) for out in alone}) > 3, "the model must end sentences at varied lengths"
+        in_sixteens: list[list[int]] = []
+        for start in range(0, SENTENCES, 16):
+            in_sixteens += decode(translator, ids[start : start + 16], limits[start : start + 16], beams)
+        in_units: list[list[int]] = [[] for _ in ids]
+        for unit in plan_units([len(row) for row in ids], [beams] * len(ids), max_rows=64):
+            outputs = decode(translator, [ids[i] for i in unit], [limits[i] for i in unit], beams)
+            for index, output in zip(unit, outputs, strict=True):
+                in_units[index] = output
+        differ_16 = [i for i in range(SENTENCES) if in_sixteens[i] != alone[i]]
+        differ_64 = [i for i in range(SENTENCES) if in_units[i] != alone[i]]
+        print(
+            f"{variant} beams={beams}: batches of 16 change {len(differ_16)}, 64-row units {len(differ_64)}"
+        )
+        assert differ_16 == [], f"{variant} beam {beams}: batches of 16 change sentences {differ_16[:8]}"
+        assert differ_64 == [], f"{variant} beam {beams}: 64-row units change sentences {differ_64[:8]}"
