@@ -102,7 +102,6 @@ class Translator:
         parameters = sum(p.numel() for p in model.parameters())
         if config.quantize:
             model = quantize_int8(model)
-            return_freed_heap()
             drop_clean_weight_pages(model_dir)
         info = ModelInfo(
             source=_model_source(model_dir),
