@@ -67,37 +67,37 @@ def _copy_out_of_weight_file(model: nn.Module) -> None:
 MADV_DONTNEED = 4  # Linux
 
 
-def drop_clean_weight_pages(model_dir: Path) -> int:
+def drop_weight_file_pages(model_dir: Path) -> int:
     """Give back the resident pages of this process's maps of `model_dir`'s files; MB given back.
 
     After quantize_int8 nothing reads the fp32 weight file, but one slice transformers keeps for
     itself holds the map open, and the pages quantizing read stay resident (about 300 MB for
-    opus-mt-zh-en). Only maps with no privately written page are dropped: their contents come
-    back from the file if anything reads them again, so nothing can be lost. Linux only; elsewhere 0.
+    opus-mt-zh-en). Only maps with no privately written page (no anonymous copy) are dropped:
+    their contents come back from the file if anything reads them again, so nothing can be lost.
+    Linux only; elsewhere 0.
     """
     smaps = Path("/proc/self/smaps")
     if not smaps.exists():
         return 0
-    maps: list[tuple[int, int, dict[str, int]]] = []
+    directory = model_dir.resolve()
+    # Each map's header line (range, perms, offset, dev, inode, path), then its "Key: N kB" lines.
+    maps: list[tuple[range, Path, dict[str, int]]] = []
     for line in smaps.read_text().splitlines():
         fields = line.split()
         if _MAP_LINE.match(line):
-            path = fields[5] if len(fields) > 5 else ""
             start, end = (int(x, 16) for x in fields[0].split("-"))
-            maps.append((start, end, {"mine": int(Path(path).parent == model_dir.resolve())}))
-        elif maps and fields and fields[0].endswith(":") and len(fields) >= 2 and fields[1].isdigit():
+            maps.append((range(start, end), Path(fields[5] if len(fields) > 5 else ""), {}))
+        elif maps and len(fields) >= 2 and fields[0].endswith(":") and fields[1].isdigit():
             maps[-1][2][fields[0][:-1]] = int(fields[1])
     libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
     libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    dropped = 0
-    for start, end, info in maps:
-        if (
-            info["mine"]
-            and info.get("Private_Dirty", 1) == 0
-            and libc.madvise(start, end - start, MADV_DONTNEED) == 0
-        ):
-            dropped += info.get("Rss", 0)
-    return dropped // 1024
+    dropped_kb = 0
+    for span, path, sizes in maps:
+        # A page written through a private map is an anonymous copy; every other page is the file's.
+        unwritten = sizes.get("Anonymous", 1) == 0
+        if path.parent == directory and unwritten and libc.madvise(span.start, len(span), MADV_DONTNEED) == 0:
+            dropped_kb += sizes.get("Rss", 0)
+    return dropped_kb // 1024
 
 
 def return_freed_heap() -> None:

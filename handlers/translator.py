@@ -27,7 +27,7 @@ from handlers.handler_config import HandlerConfig
 from handlers.long_sentences import fit
 from handlers.quantization import (
     count_quantized_linear,
-    drop_clean_weight_pages,
+    drop_weight_file_pages,
     quantize_int8,
     return_freed_heap,
 )
@@ -102,7 +102,7 @@ class Translator:
         parameters = sum(p.numel() for p in model.parameters())
         if config.quantize:
             model = quantize_int8(model)
-            drop_clean_weight_pages(model_dir)
+            drop_weight_file_pages(model_dir)
         info = ModelInfo(
             source=_model_source(model_dir),
             standin=(model_dir / STANDIN_MARKER).exists(),

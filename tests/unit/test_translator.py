@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import mmap
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +13,7 @@ from torch import nn
 
 from handlers.batching import padded_width
 from handlers.handler_config import HandlerConfig
-from handlers.quantization import count_quantized_linear
+from handlers.quantization import count_quantized_linear, drop_weight_file_pages
 from handlers.request_parsing import GenerationOptions, InvalidRequest
 from handlers.translator import Translator, pad_batch
 
@@ -110,3 +112,44 @@ def test_text_over_the_token_limit_is_rejected_not_truncated(tiny_model_dir: Pat
     with pytest.raises(InvalidRequest) as caught:
         translator.encode(["汤姆和他的朋友们在公园喝醉了，然后回家睡觉了。"])
     assert caught.value.status == 413 and "max_input_tokens (8)" in caught.value.message
+
+
+def resident_kb_of_files_in(directory: Path) -> int:
+    """Rss of this process's maps of files in `directory`, from /proc/self/smaps."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        fields = line.split()
+        if "-" in fields[0] and ":" not in fields[0]:
+            inside = len(fields) > 5 and Path(fields[5]).parent == directory.resolve()
+        elif inside and fields[0] == "Rss:":
+            total += int(fields[1])
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="Linux /proc only")
+def test_weight_file_pages_are_dropped_unless_written_through_a_private_map(tmp_path: Path) -> None:
+    clean_file, written_file = tmp_path / "clean.safetensors", tmp_path / "written.safetensors"
+    for file in (clean_file, written_file):
+        file.write_bytes(
+            bytes(range(256)) * 4096
+        )  # 1 MiB, fresh: dirty in the page cache, as an unpacked .mar
+    with clean_file.open("rb") as a, written_file.open("r+b") as b:
+        clean = mmap.mmap(a.fileno(), 0, access=mmap.ACCESS_READ)
+        written = mmap.mmap(b.fileno(), 0, access=mmap.ACCESS_COPY)  # private: writes never reach the file
+        assert sum(clean[::4096]) + sum(written[::4096]) == 0  # every page read, so resident
+        written[0] = 7
+        assert resident_kb_of_files_in(tmp_path) >= 2048
+        assert drop_weight_file_pages(tmp_path) == 1  # MB
+        assert resident_kb_of_files_in(tmp_path) >= 1024  # the map with a written page is left alone
+        assert clean[4096 * 5 + 3] == 3 and written[0] == 7  # dropped pages come back from the file
+        clean.close()
+        written.close()
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="Linux /proc only")
+def test_int8_load_leaves_no_page_of_the_weight_file_resident(tiny_model_dir: Path, tmp_path: Path) -> None:
+    # A copy of its own: an fp32 model loaded in this process keeps its map of the original file.
+    model_dir = Path(shutil.copytree(tiny_model_dir, tmp_path / "model"))
+    translator = Translator.load(model_dir, HandlerConfig(variant="int8", warmup=False))
+    assert translator.info.quantized_linear > 0
+    assert resident_kb_of_files_in(model_dir) == 0
