@@ -27,6 +27,7 @@ from torch import nn
 
 from handlers.batching import padded_width
 from handlers.cross_attention import CrossMemory, WidthGroup
+from handlers.projections import Projections
 from handlers.row_int8 import RowInt8Linear
 from handlers.vocabulary import TargetOutputLayer, target_token_ids
 
@@ -122,6 +123,10 @@ class FastDecoder:
         self.embed_scale = marian.decoder.embed_scale
         self.positions = marian.decoder.embed_positions.weight
         self.heads = self.layers[0].self_attn.num_heads
+        attentions = [(layer.self_attn, layer.encoder_attn) for layer in self.layers]
+        self.self_qkv = [Projections([a.q_proj, a.k_proj, a.v_proj]) for a, _ in attentions]
+        # Every layer's cross-attention keys and values come from the same encoder output.
+        self.cross_kv = Projections([p for _, a in attentions for p in (a.k_proj, a.v_proj)])
         self.output = output
         self.rules = rules
         self.eos_column = int((output.ids == rules.eos).nonzero()[0, 0])
@@ -153,13 +158,8 @@ class FastDecoder:
     def _encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> WidthGroup:
         encoded = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         sentences, width, _ = encoded.shape
-        keys, values = [], []
-        for layer in self.layers:
-            attention = layer.encoder_attn
-            shape = (sentences, width, self.heads, -1)
-            keys.append(attention.k_proj(encoded).view(shape).transpose(1, 2))
-            values.append(attention.v_proj(encoded).view(shape).transpose(1, 2))
-        return WidthGroup(keys, values, attention_mask.bool()[:, None, None, :])
+        heads = [p.reshape(sentences, width, self.heads, -1).transpose(1, 2) for p in self.cross_kv(encoded)]
+        return WidthGroup(heads[0::2], heads[1::2], attention_mask.bool()[:, None, None, :])
 
     def step(
         self, tokens: torch.Tensor, position: int, cache: list[KeyValues], cross: CrossMemory
@@ -174,9 +174,7 @@ class FastDecoder:
         hidden = self.embed_tokens(tokens[:, None]) * self.embed_scale + position_embedding
         for index, layer in enumerate(self.layers):
             attention, shape = layer.self_attn, (rows, 1, self.heads, -1)
-            query = attention.q_proj(hidden).view(shape).transpose(1, 2)
-            key = attention.k_proj(hidden).view(shape).transpose(1, 2)
-            value = attention.v_proj(hidden).view(shape).transpose(1, 2)
+            query, key, value = (p.reshape(shape).transpose(1, 2) for p in self.self_qkv[index](hidden))
             if position:
                 key = torch.cat([cache[index][0], key], dim=-2)
                 value = torch.cat([cache[index][1], value], dim=-2)
