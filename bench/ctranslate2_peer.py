@@ -7,6 +7,10 @@ one. The converter works with transformers 5.23.0 as it is (checked with ctransl
 greedy output matches ours token for token). It drops Marian's `<pad>` row (65001 -> 65000 entries)
 and starts the decoder from a zero embedding instead, as the original Marian model does.
 
+Vocabulary map: every conversion carries a map whose always-included line lists every target-side
+piece (handlers.vocabulary.target_token_ids, the same restriction our output layer makes), as its
+users turn on with `use_vmap`; the same converted model serves the rungs without and with it.
+
 Lengths: CTranslate2's max_decoding_length counts the end token and its min_decoding_length counts
 the tokens before it, exactly as transformers' max_new_tokens and min_new_tokens do, so a stand-in
 forced to min = max = n decodes n steps on both engines (n: reference tokens, eos included).
@@ -27,6 +31,7 @@ from bench.common import MODELS_DIR
 
 CACHE_DIR = MODELS_DIR.parent / "ct2"
 QUANTIZATION = "int8"
+VMAP_NAME = "target_side.vmap"
 NOTICE = "peer, not a serving option"
 INSTALL_HINT = "pip install -e '.[bench]' (it pins ctranslate2), or pass --no-peer to leave the peer out"
 
@@ -49,7 +54,7 @@ def version() -> str:
 
 def cache_key(model_dir: Path) -> str:
     """Digest of the model directory's files (names and contents), the CTranslate2 version and int8."""
-    digest = hashlib.sha256(f"ctranslate2 {version()} {QUANTIZATION}\n".encode())
+    digest = hashlib.sha256(f"ctranslate2 {version()} {QUANTIZATION} {VMAP_NAME}\n".encode())
     for file in sorted(path for path in model_dir.iterdir() if path.is_file()):
         digest.update(file.name.encode() + b"\0")
         with file.open("rb") as handle:
@@ -73,8 +78,12 @@ def convert(model_dir: Path, cache_dir: Path = CACHE_DIR) -> Path:
 
     cache_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=cache_dir))
+    vmap = staging.with_suffix(".vmap")  # beside staging: the converter empties its output directory
     try:  # convert beside the cache entry, then rename: an interrupted conversion leaves no entry
-        TransformersConverter(str(model_dir)).convert(str(staging), quantization=QUANTIZATION, force=True)
+        write_target_side_vmap(model_dir, vmap)
+        TransformersConverter(str(model_dir)).convert(
+            str(staging), vmap=str(vmap), quantization=QUANTIZATION, force=True
+        )
         shutil.rmtree(target, ignore_errors=True)  # a leftover without model.bin
         staging.rename(target)
     except Exception as error:
@@ -85,7 +94,21 @@ def convert(model_dir: Path, cache_dir: Path = CACHE_DIR) -> Path:
         ) from error
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        vmap.unlink(missing_ok=True)
     return target
+
+
+def write_target_side_vmap(model_dir: Path, path: Path) -> Path:
+    """A CTranslate2 vocabulary map whose one, always-included line lists every target-side piece."""
+    from transformers import AutoTokenizer
+
+    from handlers.vocabulary import target_token_ids
+
+    tokenizer: Any = AutoTokenizer.from_pretrained(model_dir)
+    ids = target_token_ids(tokenizer, excluded=[tokenizer.pad_token_id]).tolist()
+    pieces = tokenizer.convert_ids_to_tokens(ids)
+    path.write_text("\t" + " ".join(pieces) + "\n", encoding="utf-8")
+    return path
 
 
 def decoding_lengths(reference_tokens: Sequence[int], standin: bool) -> dict[str, int]:
@@ -97,9 +120,13 @@ def decoding_lengths(reference_tokens: Sequence[int], standin: bool) -> dict[str
 
 
 class PeerTranslator:
-    """CTranslate2's Translator on one CPU thread, tokenized by the model directory's own tokenizer."""
+    """CTranslate2's Translator on one CPU thread, tokenized by the model directory's own tokenizer.
 
-    def __init__(self, model_dir: Path, converted: Path) -> None:
+    `use_vmap`: restrict the output to the target side, as the conversion's map lists it.
+    """
+
+    def __init__(self, model_dir: Path, converted: Path, use_vmap: bool = False) -> None:
+        self.use_vmap = use_vmap
         from transformers import AutoTokenizer
 
         self.tokenizer: Any = AutoTokenizer.from_pretrained(model_dir)
@@ -111,7 +138,7 @@ class PeerTranslator:
         """Target tokens, end token excluded; CTranslate2's defaults apart from beams and lengths."""
         ids = self.tokenizer(list(texts), padding=False, truncation=False)["input_ids"]
         source = [self.tokenizer.convert_ids_to_tokens(row) for row in ids]  # eos included
-        results = self.translator.translate_batch(source, beam_size=beams, **lengths)
+        results = self.translator.translate_batch(source, beam_size=beams, use_vmap=self.use_vmap, **lengths)
         return [list(result.hypotheses[0]) for result in results]
 
     def translate(self, texts: Sequence[str], beams: int, lengths: dict[str, int]) -> list[str]:

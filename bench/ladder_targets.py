@@ -17,14 +17,19 @@ def http_overhead_ms(rows: list[dict[str, Any]]) -> float | None:
 
 def peer_ratios(rows: list[dict[str, Any]]) -> dict[str, float] | None:
     """Ours / CTranslate2: int8 one-sentence p50 (<= 1: ours at least as fast) and batch sentences/s
-    (>= 1: ours at least as fast); None without the peer rungs."""
+    (>= 1: ours at least as fast), without its vocabulary map and (`_vmap`) with it; None without
+    the peer rungs."""
     by = {row["rung"]: row for row in rows}
     if 6 not in by or 7 not in by:
         return None
-    return {
+    ratios = {
         "single_p50": round(by[3]["p50_ms"] / by[6]["p50_ms"], 3),
         "batch_sentences_per_s": round(by[4]["sentences_per_s"] / by[7]["sentences_per_s"], 3),
     }
+    if 11 in by and 12 in by:
+        ratios["single_p50_vmap"] = round(by[3]["p50_ms"] / by[11]["p50_ms"], 3)
+        ratios["batch_sentences_per_s_vmap"] = round(by[4]["sentences_per_s"] / by[12]["sentences_per_s"], 3)
+    return ratios
 
 
 def targets(rows: list[dict[str, Any]], beams: int, batch: int) -> list[dict[str, Any]]:
@@ -71,6 +76,21 @@ def targets(rows: list[dict[str, Any]], beams: int, batch: int) -> list[dict[str
                 "min",
             ),
         ]
+        if "single_p50_vmap" in ratios:
+            checks += [
+                (
+                    "our int8 single-sentence p50 <= CTranslate2 + map's",
+                    ratios["single_p50_vmap"],
+                    1.0,
+                    "max",
+                ),
+                (
+                    f"our int8 batch-{batch} sentences/s >= CTranslate2 + map's",
+                    ratios["batch_sentences_per_s_vmap"],
+                    1.0,
+                    "min",
+                ),
+            ]
     return [
         {
             "target": name,
@@ -105,6 +125,12 @@ def markdown(result: dict[str, Any]) -> str:
                 f"{ratios['single_p50']} (rung 3 / rung 6, <= 1 is ours faster), batch-{batch} sentences/s "
                 f"{ratios['batch_sentences_per_s']} (rung 4 / rung 7, >= 1 is ours faster)"
             )
+            if "single_p50_vmap" in ratios:
+                lines.append(
+                    f"\nOurs / the same with its target-side vocabulary map: one-sentence p50 "
+                    f"{ratios['single_p50_vmap']} (rung 3 / rung 11), batch-{batch} sentences/s "
+                    f"{ratios['batch_sentences_per_s_vmap']} (rung 4 / rung 12)"
+                )
         by = {row["rung"]: row for row in ladder["rungs"]}
         if 8 in by and 9 in by:
             single = by[8]["p50_ms"] / by[3]["p50_ms"]

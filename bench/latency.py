@@ -15,8 +15,10 @@ Rungs (1 intra-op thread each):
   8. int8, one sentence, transformers' generate() (`decoder: generate`), what rung 3's fast decoder replaces
   9. int8, batches of 16, generate()
  10. int8, batches of 16, each sentence to its own length (what the server's fast decoder does)
+ 11. peer: CTranslate2 int8 with the target-side vocabulary map (use_vmap), one sentence at a time
+ 12. peer: CTranslate2 int8 with the map, batches of 16
 Rungs 2-4 use the default fast decoder (handlers.decoding: the target-side output layer, our own loops).
-Rungs 6 and 7 are a benchmark to measure against, never a serving option (bench.ctranslate2_peer
+Rungs 6, 7, 11 and 12 are a benchmark to measure against, never a serving option (bench.ctranslate2_peer
 converts the model at bench time, cached under build/ct2/); they need the `bench` extra's
 ctranslate2, are left out with a message where it is missing, and --no-peer leaves them out.
 Each in-process rung runs in its own spawned process, so its memory is its own: RSS after load + gc
@@ -71,6 +73,8 @@ class Rung:
     shape: Shape
     engine: Engine = "torch"
     decoder: Literal["fast", "generate"] = "fast"
+    # CTranslate2 only: restrict its output to the target side (use_vmap), as our output layer is.
+    vmap: bool = False
     # On the stand-in a batch is forced to its longest reference (equal work for every engine, as
     # CTranslate2 takes one length per batch); False: each sentence to its own, as eos would end it.
     shared_lengths: bool = True
@@ -94,6 +98,10 @@ PEER_RUNGS = (
     Rung(6, "CTranslate2 int8, one sentence (peer)", "int8", "dynamic", "ctranslate2"),
     Rung(7, f"CTranslate2 int8, batches of {BATCH} (peer)", "int8", "batch", "ctranslate2"),
 )
+MAPPED_PEER_RUNGS = (
+    Rung(11, "CTranslate2 int8 + map, one sentence (peer)", "int8", "dynamic", "ctranslate2", vmap=True),
+    Rung(12, f"CTranslate2 int8 + map, batches of {BATCH} (peer)", "int8", "batch", "ctranslate2", vmap=True),
+)
 
 NOTES = (
     "RSS: after load + gc (before warm-up); run RSS: after the timed run; peak: the process's max RSS.",
@@ -107,10 +115,11 @@ NOTES = (
     "serving overhead = rung 5 p50 - rung 3 p50.",
 )
 PEER_NOTE = (
-    "Rungs 6-7: CTranslate2 int8 on the same weights (peer, not a serving option): converted at bench "
-    "time, 1 intra-op thread, its defaults (no vocabulary map), lengths forced like ours; the ratios "
-    "are ours / CTranslate2. Their RSS includes the harness every rung imports (Python, torch, "
-    "transformers: harness_rss_mb in latency.json), so it is not CTranslate2's footprint alone."
+    "Rungs 6-7, 11-12: CTranslate2 int8 on the same weights (peer, not a serving option): converted at "
+    "bench time, 1 intra-op thread, its defaults (6-7) or with a vocabulary map listing every "
+    "target-side piece, use_vmap (11-12: the restriction our output layer makes), lengths forced like "
+    "ours; the ratios are ours / CTranslate2. Their RSS includes the harness every rung imports (Python, "
+    "torch, transformers: harness_rss_mb in latency.json), so it is not CTranslate2's footprint alone."
 )
 
 
@@ -188,8 +197,10 @@ def _load_engine(
 
         if converted is None:
             raise ValueError(f"rung {rung.number} needs the model converted by ctranslate2_peer.convert")
-        peer = ctranslate2_peer.PeerTranslator(model_dir, converted)
+        peer = ctranslate2_peer.PeerTranslator(model_dir, converted, use_vmap=rung.vmap)
         label = {"engine": f"CTranslate2 {ctranslate2_peer.version()}", "note": ctranslate2_peer.NOTICE}
+        if rung.vmap:
+            label["vocabulary_map"] = "target side (every target.spm piece)"
         return (lambda group: _run_peer_group(peer, group, beams, standin)), label
     from handlers.handler_config import HandlerConfig
     from handlers.translator import Translator
@@ -304,13 +315,14 @@ def run_ladder(
     http: bool,
     converted: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """Every rung in order; `http` adds rung 5, `converted` (a CTranslate2 model) rungs 6 and 7."""
+    """Every rung in order; `http` adds rung 5, `converted` (a CTranslate2 model) rungs 6, 7, 11 and 12."""
     rungs = [
         *LADDER,
         *([HTTP_RUNG] if http else []),
         *(PEER_RUNGS if converted else []),
         *GENERATE_RUNGS,
         OWN_LENGTHS_RUNG,
+        *(MAPPED_PEER_RUNGS if converted else []),
     ]
     rows = [run_rung(rung, model_dir, sentences, beams, converted) for rung in rungs]
     baseline = rows[0]
@@ -353,7 +365,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--beams", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--http", action="store_true", help="add rung 5 through a real TorchServe")
     parser.add_argument(
-        "--no-peer", action="store_true", help="leave out rungs 6-7 (CTranslate2 int8, a benchmark peer)"
+        "--no-peer",
+        action="store_true",
+        help="leave out rungs 6-7, 11-12 (CTranslate2 int8, a benchmark peer)",
     )
     parser.add_argument(
         "--quick", action="store_true", help=f"{QUICK_SENTENCES} sentences, greedy only (smoke run)"

@@ -114,3 +114,27 @@ def test_without_ctranslate2_the_ladder_leaves_the_peer_out_and_says_how_to_inst
     peer, converted = latency.prepare_peer(tiny_model_dir, no_peer=False)
     assert converted is None and "not installed" in peer["skipped"]
     assert "rungs 6-7 (CTranslate2 peer) left out" in capsys.readouterr().err
+
+
+def test_the_conversion_carries_the_target_side_map_and_use_vmap_keeps_to_it(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    from transformers import AutoTokenizer
+
+    from handlers.vocabulary import target_token_ids
+
+    converted = ctranslate2_peer.convert(tiny_model_dir, tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    target_side = set(tokenizer.convert_ids_to_tokens(target_token_ids(tokenizer).tolist()))
+    assert (converted / "vmap.txt").read_text(encoding="utf-8").split("\t")[1].split() == sorted(
+        tokenizer.convert_ids_to_tokens(target_token_ids(tokenizer, [tokenizer.pad_token_id]).tolist()),
+        key=tokenizer.convert_tokens_to_ids,
+    )
+    texts = [s.source for s in SENTENCES]
+    mapped = ctranslate2_peer.PeerTranslator(tiny_model_dir, converted, use_vmap=True)
+    free = ctranslate2_peer.PeerTranslator(tiny_model_dir, converted)
+    lengths = {"min_decoding_length": 12, "max_decoding_length": 12}
+    mapped_tokens = {t for row in mapped.translate_tokens(texts, 2, lengths) for t in row}
+    free_tokens = {t for row in free.translate_tokens(texts, 2, lengths) for t in row}
+    assert mapped_tokens <= target_side and mapped_tokens
+    print(f"without the map {len(free_tokens - target_side)} emitted tokens are outside the target side")
