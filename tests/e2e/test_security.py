@@ -6,6 +6,7 @@ import ipaddress
 import json
 import re
 import shutil
+import time
 from pathlib import Path
 
 import psutil
@@ -77,14 +78,17 @@ def test_an_absolute_path_outside_the_store_is_refused(server: TorchServe, tmp_p
     assert server.client.versions() == ["1.0-int8"]
 
 
+def listening_ports(pid: int) -> dict[int, str]:
+    return {
+        conn.laddr.port: conn.laddr.ip
+        for conn in psutil.Process(pid).net_connections(kind="inet")
+        if conn.status == psutil.CONN_LISTEN
+    }
+
+
 def test_only_the_inference_port_may_leave_loopback(server: TorchServe) -> None:
     java = server.java_pid()
     assert java is not None
-    listening = {
-        conn.laddr.port: conn.laddr.ip
-        for conn in psutil.Process(java).net_connections(kind="inet")
-        if conn.status == psutil.CONN_LISTEN
-    }
     ports = server.ports
     expected = {
         ports.management,
@@ -93,6 +97,10 @@ def test_only_the_inference_port_may_leave_loopback(server: TorchServe) -> None:
         ports.grpc_management,
         ports.inference,
     }
+    # The gRPC listeners bind after the HTTP ones that readiness waits for: give them 30 s to appear.
+    deadline = time.monotonic() + 30
+    while not expected <= set(listening := listening_ports(java)) and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert set(listening) == expected
     for port, ip in listening.items():
         address = ipaddress.ip_address(ip)
