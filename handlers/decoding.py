@@ -364,17 +364,30 @@ def make_decoder(name: str, model: Any, tokenizer: Any) -> Decoder:
     bad_words = [i for ids in (model.generation_config.bad_words_ids or []) for i in ids]
     ids = target_token_ids(tokenizer, excluded=[tokenizer.pad_token_id, *bad_words])
     output = TargetOutputLayer(model.lm_head, model.final_logits_bias, ids)
+    decoder = FastDecoder(model, output, rules)
     if isinstance(model.lm_head, RowInt8Linear):
-        # The full int8 head is a private copy nothing uses now (an fp32 head is the shared embedding).
-        model.lm_head = ReleasedHead()
-    return FastDecoder(model, output, rules)
+        # int8 layers the decoder now holds its own copies of (the target-side head, fused
+        # projections) are released, so no weight is kept twice. fp32 ones are shared, not copied.
+        model.lm_head = Released("the full int8 output layer")
+        for layer in decoder.layers:
+            for attention, names in (
+                (layer.self_attn, ("q_proj", "k_proj", "v_proj")),
+                (layer.encoder_attn, ("k_proj", "v_proj")),
+            ):
+                for name in names:
+                    setattr(attention, name, Released(f"the decoder's int8 {name}"))
+    return decoder
 
 
-class ReleasedHead(nn.Module):
-    """Stands where the full int8 output layer was: FastDecoder scores with its own target-side copy."""
+class Released(nn.Module):
+    """Stands where an int8 layer was that FastDecoder replaced with its own copy (decoder: fast)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__()
+        self.what = what
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         raise RuntimeError(
-            "the full int8 output layer was released at load (decoder: fast); "
+            f"{self.what} was released at load (decoder: fast); "
             "load with decoder: generate to call model.generate() or model()"
         )

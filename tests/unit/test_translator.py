@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from handlers.batching import padded_width
+from handlers.decoding import FastDecoder, Released
 from handlers.handler_config import HandlerConfig
 from handlers.quantization import count_quantized_linear, drop_weight_file_pages
 from handlers.request_parsing import GenerationOptions, InvalidRequest
@@ -68,9 +69,15 @@ def test_batch_is_padded_to_its_longest_member(fp32: Translator, monkeypatch: py
 
 def test_int8_quantizes_every_linear_and_fp32_none(fp32: Translator, int8: Translator) -> None:
     assert count_quantized_linear(fp32.model) == 0
-    # Every Linear was quantized; the output layer now lives, cut to the target side, in the decoder.
-    in_decoder = count_quantized_linear(int8.decoder.output)  # type: ignore[attr-defined]
-    assert int8.info.quantized_linear == count_quantized_linear(int8.model) + in_decoder > in_decoder == 1
+    # Every Linear was quantized. The decoder holds its own copies of some (the output layer cut to the
+    # target side, q/k/v and cross k/v fused) and the model's originals are released, not kept twice.
+    decoder = int8.decoder
+    assert isinstance(decoder, FastDecoder)
+    released = sum(isinstance(module, Released) for module in int8.model.modules())
+    assert int8.info.quantized_linear == count_quantized_linear(int8.model) + released
+    assert released == 1 + 5 * len(decoder.layers)  # lm_head; q, k, v, cross k, cross v per layer
+    fused = [p.joined for p in [*decoder.self_qkv, decoder.cross_kv]]
+    assert sum(map(count_quantized_linear, [decoder.output, *fused])) == len(decoder.layers) + 2
     assert not any(type(module) is nn.Linear for module in int8.model.modules())
     assert int8.info.parameters == fp32.info.parameters
 
