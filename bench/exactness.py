@@ -21,10 +21,11 @@ from typing import Any
 import torch
 
 from bench.common import RESULTS_DIR, is_standin, load_model_dir, sample_sentences, write_result
+from handlers.batching import pad_batch
 from handlers.decoding import FastDecoder, GenerateDecoder, RowLimits
 from handlers.handler_config import HandlerConfig, Variant
 from handlers.request_parsing import GenerationOptions
-from handlers.translator import Translator, pad_batch
+from handlers.translator import Translator
 
 BATCH = 16
 

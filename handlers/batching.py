@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
+import torch
+
 PAD_MULTIPLE = 8
 
 
@@ -37,3 +39,18 @@ def plan_units(lengths: Sequence[int], beams: Sequence[int], max_rows: int) -> l
         members.sort(key=lambda index: lengths[index])
         units += [members[start : start + per_unit] for start in range(0, len(members), per_unit)]
     return units
+
+
+def pad_batch(ids: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad to the longest member's padded width (dynamic shapes, never a fixed length).
+
+    The width is the next multiple of 8 (padded_width), so a sentence alone is
+    padded exactly as the decoder pads it within any batch.
+    """
+    longest = padded_width(max(len(row) for row in ids))
+    input_ids = torch.full((len(ids), longest), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(ids), longest), dtype=torch.long)
+    for row, tokens in enumerate(ids):
+        input_ids[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+        attention_mask[row, : len(tokens)] = 1
+    return input_ids, attention_mask

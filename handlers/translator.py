@@ -21,7 +21,7 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from transformers.utils import logging as transformers_logging
 
-from handlers.batching import padded_width, plan_units
+from handlers.batching import pad_batch, plan_units
 from handlers.decoding import Decoder, RowLimits, make_decoder
 from handlers.handler_config import HandlerConfig
 from handlers.long_sentences import fit
@@ -58,21 +58,6 @@ def configure_threads(threads: int) -> None:
     # Raises once parallel work already ran in this process; the setting is then fixed, which is harmless.
     with contextlib.suppress(RuntimeError):
         torch.set_num_interop_threads(1)
-
-
-def pad_batch(ids: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad to the longest member's padded width (dynamic shapes, never a fixed length).
-
-    The width is the next multiple of 8 (handlers.batching.padded_width), so a sentence alone is
-    padded exactly as the decoder pads it within any batch.
-    """
-    longest = padded_width(max(len(row) for row in ids))
-    input_ids = torch.full((len(ids), longest), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(ids), longest), dtype=torch.long)
-    for row, tokens in enumerate(ids):
-        input_ids[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
-        attention_mask[row, : len(tokens)] = 1
-    return input_ids, attention_mask
 
 
 class Translator:

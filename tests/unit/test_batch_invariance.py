@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from bench.common import sample_sentences
-from handlers.batching import plan_units
+from handlers.batching import pad_batch, plan_units
 from handlers.decoding import RowLimits
 from handlers.handler_config import HandlerConfig, Variant
-from handlers.translator import Translator, pad_batch
+from handlers.translator import Translator
 
 SENTENCES = 200
 

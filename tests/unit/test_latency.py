@@ -13,7 +13,7 @@ from transformers import AutoTokenizer
 
 from bench import ctranslate2_peer, ladder_targets, latency
 from bench.common import Sentence
-from handlers.translator import pad_batch
+from handlers.batching import pad_batch
 from handlers.vocabulary import target_token_ids
 
 

@@ -1,0 +1,269 @@
+"""Search state of a cohort: sentences that started decoding at the same step.
+
+A cohort's rows share one position, so they share one self-attention cache length and attend
+without padding (padding would not be bit-stable, see handlers.cross_attention). The decoder
+steps many cohorts at once (handlers.decoding.FastDecoder.step): the linear layers see every
+row of every cohort, attention and the search see one cohort. A static batch is one cohort; the
+step scheduler (handlers.step_scheduler) starts a new cohort whenever rows free up.
+
+Both searches follow generate()'s rules step for step: log-softmax (beam search), then
+min-new-tokens (eos banned) and forced eos at the last position; top 2 x beams candidates;
+finished hypotheses scored by length penalty; early stopping as generation_config says.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+import torch.nn.functional as F
+
+from handlers.cross_attention import CrossMemory
+
+NEG = -1.0e9  # generate()'s "never pick this" score, added the same way so sums round the same
+KeyValues = tuple[torch.Tensor, torch.Tensor]
+Finished = list[tuple[Any, list[int]]]  # (owner, generated ids) of each sentence that ended this step
+_PER_SENTENCE = ("running", "running_scores", "finished", "finished_scores", "is_finished", "improvable")
+
+
+@dataclass(frozen=True)
+class RowLimits:
+    """One text's bounds on new tokens (eos included)."""
+
+    max_new_tokens: int
+    min_new_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class SearchRules:
+    """The parts of the model's generation_config that decide the result."""
+
+    decoder_start: int
+    eos: int
+    forced_eos: bool
+    length_penalty: float
+    early_stopping: bool | str
+
+    @classmethod
+    def of(cls, generation_config: Any) -> SearchRules:
+        """Unset fields take generate()'s own defaults, read from transformers rather than copied."""
+        defaults = generation_config._get_default_generation_params()
+
+        def value(name: str) -> Any:
+            own = getattr(generation_config, name, None)
+            return defaults[name] if own is None else own
+
+        return cls(
+            decoder_start=int(generation_config.decoder_start_token_id),
+            eos=int(generation_config.eos_token_id),
+            forced_eos=generation_config.forced_eos_token_id is not None,
+            length_penalty=float(value("length_penalty")),
+            early_stopping=value("early_stopping"),
+        )
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """The output layer's columns as token ids, and the rules that constrain them."""
+
+    ids: torch.Tensor  # column -> token id
+    eos_column: int
+    rules: SearchRules
+
+    def constrain(
+        self, scores: torch.Tensor, generated: int, caps: torch.Tensor, minimums: torch.Tensor
+    ) -> None:
+        """generate()'s logits processors, in its order, per row: min new tokens, then forced eos."""
+        banned = generated < minimums
+        if bool(banned.any()):
+            scores[banned, self.eos_column] = -math.inf
+        if self.rules.forced_eos:
+            forced = caps - 1 == generated
+            if bool(forced.any()):
+                scores[forced] = -math.inf
+                scores[forced, self.eos_column] = 0.0
+
+
+class Cohort(Protocol):
+    """What FastDecoder.step needs of a cohort, and what the step gives back to it."""
+
+    cross: CrossMemory
+    cache: list[KeyValues]  # per decoder layer, this cohort's rows only
+    generated: int  # new tokens so far: the position of this step
+
+    @property
+    def tokens(self) -> torch.Tensor:
+        """This step's input token per row (sentence-major, a sentence's beams adjacent)."""
+        ...
+
+    @property
+    def sentences(self) -> int: ...
+
+    def advance(self, logits: torch.Tensor) -> Finished:
+        """Take this step's target-side logits; drop and return the sentences that ended."""
+        ...
+
+
+class GreedyCohort:
+    def __init__(
+        self, vocabulary: Vocabulary, owners: Sequence[Any], cross: CrossMemory, limits: Sequence[RowLimits]
+    ) -> None:
+        self.vocabulary, self.cross, self.generated = vocabulary, cross, 0
+        self.cache: list[KeyValues] = []
+        self.owners = list(owners)
+        self.caps = torch.tensor([limit.max_new_tokens for limit in limits])
+        self.minimums = torch.tensor([limit.min_new_tokens for limit in limits])
+        self.results: list[list[int]] = [[] for _ in self.owners]
+        self._tokens = torch.full((len(self.owners),), vocabulary.rules.decoder_start, dtype=torch.long)
+
+    @property
+    def tokens(self) -> torch.Tensor:
+        return self._tokens
+
+    @property
+    def sentences(self) -> int:
+        return len(self.owners)
+
+    def advance(self, logits: torch.Tensor) -> Finished:
+        self.vocabulary.constrain(logits, self.generated, self.caps, self.minimums)
+        tokens = self.vocabulary.ids[logits.argmax(-1)]
+        for result, token in zip(self.results, tokens.tolist(), strict=True):
+            result.append(token)
+        self.generated += 1
+        ended = (tokens == self.vocabulary.rules.eos) | (self.caps <= self.generated)
+        self._tokens = tokens
+        if not bool(ended.any()):
+            return []
+        done = [(self.owners[i], self.results[i]) for i in ended.nonzero().flatten().tolist()]
+        keep = (~ended).nonzero().flatten()
+        rows = keep.tolist()
+        self.owners = [self.owners[i] for i in rows]
+        self.results = [self.results[i] for i in rows]
+        self.caps, self.minimums, self._tokens = self.caps[keep], self.minimums[keep], tokens[keep]
+        self.cross = self.cross.keep(keep)
+        self.cache[:] = [(k.index_select(0, keep), v.index_select(0, keep)) for k, v in self.cache]
+        return done
+
+
+class BeamCohort:
+    """Beam search over a cohort's sentences, each decoded as generate() decodes it alone."""
+
+    def __init__(
+        self,
+        vocabulary: Vocabulary,
+        owners: Sequence[Any],
+        cross: CrossMemory,
+        limits: Sequence[RowLimits],
+        beams: int,
+    ) -> None:
+        self.vocabulary, self.cross, self.generated = vocabulary, cross, 0
+        self.cache: list[KeyValues] = []
+        self.rules, self.beams = vocabulary.rules, beams
+        self.owners = list(owners)
+        count = len(self.owners)
+        self.caps = torch.tensor([limit.max_new_tokens for limit in limits])
+        self.minimums = torch.tensor([limit.min_new_tokens for limit in limits])
+        self.running = torch.empty((count, beams, 0), dtype=torch.long)
+        self.running_scores = torch.full((count, beams), NEG)
+        self.running_scores[:, 0] = 0.0
+        self.finished = torch.full((count, beams, int(self.caps.max())), -1, dtype=torch.long)
+        self.finished_scores = torch.full((count, beams), NEG)
+        self.is_finished = torch.zeros((count, beams), dtype=torch.bool)
+        self.improvable = torch.ones(count, dtype=torch.bool)
+        self.all_hit = torch.zeros(count, dtype=torch.bool)  # every candidate of the step ended
+        self.top_beams = torch.arange(2 * beams) < beams
+        # Position 0: every beam holds the same start token, so one row per sentence is computed.
+        self._tokens = torch.full((count,), self.rules.decoder_start, dtype=torch.long)
+
+    @property
+    def tokens(self) -> torch.Tensor:
+        return self._tokens
+
+    @property
+    def sentences(self) -> int:
+        return len(self.owners)
+
+    def advance(self, logits: torch.Tensor) -> Finished:
+        log_probs = F.log_softmax(logits, dim=-1)
+        rows_per_sentence = log_probs.shape[0] // self.sentences
+        caps, minimums = (x.repeat_interleave(rows_per_sentence) for x in (self.caps, self.minimums))
+        self.vocabulary.constrain(log_probs, self.generated, caps, minimums)
+        log_probs = log_probs.view(self.sentences, rows_per_sentence, -1)
+        origins = self._extend(log_probs.expand(-1, self.beams, -1))
+        self.generated += 1
+        done, keep = self._finish_sentences()
+        rows = (keep[:, None] * rows_per_sentence + origins[keep] * (rows_per_sentence > 1)).flatten()
+        self.cache[:] = [(k.index_select(0, rows), v.index_select(0, rows)) for k, v in self.cache]
+        self._tokens = self.running[:, :, -1].flatten()
+        return done
+
+    def _extend(self, log_probs: torch.Tensor) -> torch.Tensor:
+        """One step for every sentence; returns each new running beam's origin beam."""
+        sentences, beams, vocab = log_probs.shape
+        candidates = (log_probs + self.running_scores[:, :, None]).reshape(sentences, -1)
+        top_scores, top_index = torch.topk(candidates, k=2 * beams)
+        origin, columns = top_index // vocab, top_index % vocab
+        tokens = self.vocabulary.ids[columns]
+        sequences = torch.cat([_gather(self.running, origin), tokens[:, :, None]], dim=2)
+        hits = (tokens == self.rules.eos) | (self.caps <= self.generated + 1)[:, None]
+
+        running_scores = top_scores + hits.to(torch.float32) * NEG
+        chosen = torch.topk(running_scores, k=beams)[1]
+        self.running = _gather(sequences, chosen)
+        self.running_scores = _gather(running_scores, chosen)
+
+        scored = top_scores / ((self.generated + 1) ** self.rules.length_penalty)
+        full = self.is_finished.all(dim=-1, keepdim=True) & (self.rules.early_stopping is True)
+        scored += full.to(torch.float32) * NEG
+        scored += (~self.improvable[:, None]).to(torch.float32) * NEG
+        just_finished = hits & self.top_beams[None, :]
+        scored += (~just_finished) * NEG
+        padded = F.pad(sequences, (0, self.finished.shape[2] - sequences.shape[2]), value=-1)
+        merged_scores = torch.cat([self.finished_scores, scored], dim=1)
+        best = torch.topk(merged_scores, k=beams)[1]
+        self.finished = _gather(torch.cat([self.finished, padded], dim=1), best)
+        self.finished_scores = _gather(merged_scores, best)
+        self.is_finished = _gather(torch.cat([self.is_finished, just_finished], dim=1), best)
+
+        self._update_improvable(self.generated + 1)
+        self.all_hit = hits.all(dim=-1)
+        return _gather(origin, chosen)
+
+    def _update_improvable(self, generated: int) -> None:
+        """generate()'s early-stop heuristic: can a running beam still beat the worst finished one?"""
+        if self.rules.early_stopping == "never" and self.rules.length_penalty > 0.0:
+            lengths = torch.tensor([float(cap) ** self.rules.length_penalty for cap in self.caps.tolist()])
+            best_possible = self.running_scores[:, :1] / lengths[:, None]
+        else:
+            best_possible = self.running_scores[:, :1] / (generated**self.rules.length_penalty)
+        worst_finished = torch.where(
+            self.is_finished, torch.min(self.finished_scores, dim=1, keepdim=True)[0], NEG
+        )
+        self.improvable &= torch.any(best_possible > worst_finished, dim=-1)
+
+    def _finish_sentences(self) -> tuple[Finished, torch.Tensor]:
+        """The best hypothesis of every sentence that is done, and the sentences that go on."""
+        ended = ~self.improvable | self.all_hit
+        if self.rules.early_stopping is True:
+            ended |= self.is_finished.all(dim=-1)
+        done: Finished = []
+        for row in ended.nonzero().flatten().tolist():
+            best = self.finished[row, 0]
+            done.append((self.owners[row], best[best >= 0].tolist()))
+        keep = (~ended).nonzero().flatten()
+        if done:
+            self.owners = [self.owners[i] for i in keep.tolist()]
+            self.caps, self.minimums = self.caps[keep], self.minimums[keep]
+            self.cross = self.cross.keep(keep)
+            for name in _PER_SENTENCE:
+                setattr(self, name, getattr(self, name)[keep])
+        return done, keep
+
+
+def _gather(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """tensor[s, index[s, j], ...] for every sentence s: picks beams (dim 1) per sentence."""
+    expanded = index.reshape(*index.shape, *([1] * (tensor.dim() - 2)))
+    return torch.take_along_dim(tensor, expanded, dim=1)

@@ -1,0 +1,155 @@
+"""Step scheduling: the sentences of every request in flight decode together, one step at a time.
+
+A static batch runs to its end: a one-sentence request that shares it with a document waits for
+the whole document, and rows go idle as sentences finish. Here a sentence joins the running
+batch as soon as rows free up and leaves it the step it ends. Sentences that start together form
+a cohort (handlers.search): they share a position, so nothing is padded and every sentence gets
+the ids it gets alone (the linear layers see all rows, per-row int8 keeps rows independent).
+
+Admission policy (`admit`): while the row budget (sentences x beams) has room and fewer than
+`max_cohorts` cohorts run, take the next sentence of the request with the fewest sentences
+running, earliest arrival first on ties. A new one-sentence request therefore goes ahead of a
+document's remaining sentences, and a document keeps at least one sentence running whenever it
+has one waiting at its turn, so it is never starved. Greedy and each beam count run as their own
+lanes (rows of one lane share a search), stepped in turn.
+
+The caller drives it (the TorchServe handler, once per continuous-batching call): `submit`,
+then `run` until something to answer is ready or the time slice ends.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from handlers.batching import pad_batch
+from handlers.decoding import FastDecoder
+from handlers.search import Cohort, RowLimits
+
+
+@dataclass(frozen=True)
+class SentenceKey:
+    """A sentence of a request: the request's key and the sentence's index in it."""
+
+    request: Hashable
+    index: int
+
+
+@dataclass
+class _Request:
+    arrival: int
+    beams: int
+    waiting: deque[tuple[int, list[int], RowLimits]] = field(default_factory=deque)
+    running: int = 0
+
+
+@dataclass(frozen=True)
+class SchedulerState:
+    """What the scheduler holds now, for the worker's metrics."""
+
+    waiting_sentences: int
+    running_rows: int
+    cohorts: int
+
+
+class StepScheduler:
+    def __init__(self, decoder: FastDecoder, pad_id: int, row_budget: int, max_cohorts: int) -> None:
+        self.decoder, self.pad_id = decoder, pad_id
+        self.row_budget, self.max_cohorts = row_budget, max_cohorts
+        self._requests: dict[Hashable, _Request] = {}
+        self._lanes: dict[int, list[Cohort]] = defaultdict(list)  # beams -> running cohorts
+        self._arrivals = 0
+
+    def submit(
+        self, request: Hashable, ids: Sequence[list[int]], limits: Sequence[RowLimits], beams: int
+    ) -> None:
+        """Queue a request's sentences (in order); they come back from `run` keyed by SentenceKey."""
+        if request in self._requests:
+            raise ValueError(f"request {request!r} is already in the scheduler")
+        if not ids:
+            return
+        self._arrivals += 1
+        entry = _Request(self._arrivals, beams)
+        pairs = zip(ids, limits, strict=True)
+        entry.waiting.extend((index, list(row), limit) for index, (row, limit) in enumerate(pairs))
+        self._requests[request] = entry
+
+    def cancel(self, request: Hashable) -> None:
+        """Stop admitting a request's sentences; its running ones still finish (the caller drops them)."""
+        entry = self._requests.get(request)
+        if entry is not None:
+            entry.waiting.clear()
+            if not entry.running:
+                del self._requests[request]
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._requests)
+
+    def state(self) -> SchedulerState:
+        rows = sum(c.sentences * beams for beams, cohorts in self._lanes.items() for c in cohorts)
+        return SchedulerState(
+            waiting_sentences=sum(len(entry.waiting) for entry in self._requests.values()),
+            running_rows=rows,
+            cohorts=sum(len(cohorts) for cohorts in self._lanes.values()),
+        )
+
+    def run(
+        self, stop: Callable[[list[tuple[SentenceKey, list[int]]]], bool], seconds: float
+    ) -> list[tuple[SentenceKey, list[int]]]:
+        """Step until `stop(finished so far)` says so, the time slice ends, or nothing is left."""
+        finished: list[tuple[SentenceKey, list[int]]] = []
+        deadline = time.monotonic() + seconds
+        with torch.inference_mode():
+            while self._requests:
+                self.admit()
+                finished += self.step()
+                if stop(finished) or time.monotonic() >= deadline:
+                    break
+        return finished
+
+    def admit(self) -> None:
+        """Start a cohort per lane from waiting sentences, as the policy in the module doc says."""
+        rows = self.state().running_rows
+        cohorts = sum(len(lane) for lane in self._lanes.values())
+        chosen: dict[int, list[tuple[SentenceKey, list[int], RowLimits]]] = defaultdict(list)
+        while cohorts + len(chosen) <= self.max_cohorts:
+            candidates = [(e.running, e.arrival, key) for key, e in self._requests.items() if e.waiting]
+            if not candidates:
+                break
+            _, _, key = min(candidates)
+            entry = self._requests[key]
+            if rows + entry.beams > self.row_budget and rows > 0:
+                break
+            if entry.beams not in chosen and cohorts + len(chosen) == self.max_cohorts:
+                break
+            index, ids, limit = entry.waiting.popleft()
+            chosen[entry.beams].append((SentenceKey(key, index), ids, limit))
+            entry.running += 1
+            rows += entry.beams
+        for beams, sentences in chosen.items():
+            input_ids, mask = pad_batch([ids for _, ids, _ in sentences], self.pad_id)
+            owners = [owner for owner, _, _ in sentences]
+            limits = [limit for _, _, limit in sentences]
+            self._lanes[beams].append(self.decoder.start(owners, input_ids, mask, limits, beams))
+
+    def step(self) -> list[tuple[SentenceKey, list[int]]]:
+        """One decoder step for every running cohort, lane by lane."""
+        finished: list[tuple[SentenceKey, list[int]]] = []
+        for beams in list(self._lanes):
+            lane = self._lanes[beams]
+            for cohort, logits in zip(lane, self.decoder.step(lane), strict=True):
+                finished += cohort.advance(logits)
+            lane[:] = [cohort for cohort in lane if cohort.sentences]
+            if not lane:
+                del self._lanes[beams]
+        for owner, _ in finished:
+            entry = self._requests[owner.request]
+            entry.running -= 1
+            if not entry.running and not entry.waiting:
+                del self._requests[owner.request]
+        return [(owner, ids) for owner, ids in finished]

@@ -1,0 +1,115 @@
+"""The step scheduler: a sentence's ids are the same however it is scheduled, and admission is fair.
+
+On the lively tiny stand-in, 200 sentences of mixed lengths, fp32 and int8, greedy and beam 4:
+decoded alone, then through the scheduler with requests (single sentences and 5-sentence
+documents) arriving while others are mid-flight, so most sentences join a running batch whose
+other rows are at other positions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from bench.common import sample_sentences
+from handlers.batching import pad_batch
+from handlers.decoding import FastDecoder
+from handlers.handler_config import HandlerConfig, Variant
+from handlers.search import Cohort, RowLimits
+from handlers.step_scheduler import SentenceKey, StepScheduler
+from handlers.translator import Translator
+
+SENTENCES = 200
+
+
+def scheduler(translator: Translator, row_budget: int = 64, max_cohorts: int = 8) -> StepScheduler:
+    assert isinstance(translator.decoder, FastDecoder)
+    return StepScheduler(translator.decoder, translator.tokenizer.pad_token_id, row_budget, max_cohorts)
+
+
+def requests_of(count: int) -> list[list[int]]:
+    """Sentence indices per request: every fourth request is a 5-sentence document."""
+    requests: list[list[int]] = []
+    start = 0
+    while start < count:
+        size = 5 if len(requests) % 4 == 3 else 1
+        requests.append(list(range(start, min(count, start + size))))
+        start += size
+    return requests
+
+
+@pytest.fixture(scope="module", params=["fp32", "int8"])
+def translator(request: pytest.FixtureRequest, lively_model_dir: Path) -> Translator:
+    variant: Variant = request.param
+    return Translator.load(lively_model_dir, HandlerConfig(variant=variant, warmup=False))
+
+
+@pytest.mark.parametrize("beams", [1, 4])
+def test_a_sentence_decodes_the_same_alone_and_joined_mid_flight(translator: Translator, beams: int) -> None:
+    ids = translator.encode([s.source for s in sample_sentences(translator.tokenizer, SENTENCES)])
+    limits = [RowLimits(min(40, 2 * len(row) + 10)) for row in ids]
+    alone = []
+    for row, limit in zip(ids, limits, strict=True):
+        input_ids, mask = pad_batch([row], translator.tokenizer.pad_token_id)
+        alone.append(translator.decoder.decode(input_ids, mask, [limit], beams)[0])
+    assert len({len(out) for out in alone}) > 3, "the model must end sentences at varied lengths"
+
+    steps = scheduler(translator)
+    members_of = requests_of(SENTENCES)
+    scheduled: dict[int, list[int]] = {}
+    joined_late = 0
+    for number, members in enumerate(members_of):
+        joined_late += steps.state().running_rows > 0
+        steps.submit(number, [ids[i] for i in members], [limits[i] for i in members], beams)
+        for key, out in steps.run(lambda _: True, seconds=60.0):  # one step per arrival
+            scheduled[members_of[cast(int, key.request)][key.index]] = out
+    while steps.busy:
+        for key, out in steps.run(lambda _: False, seconds=60.0):
+            scheduled[members_of[cast(int, key.request)][key.index]] = out
+    assert joined_late > 20, "most requests must arrive while others are mid-flight"
+    differ = [i for i in range(SENTENCES) if scheduled[i] != alone[i]]
+    print(f"{translator.config.variant} beams={beams}: joined mid-flight changes {len(differ)}")
+    assert differ == [], f"beam {beams}: sentences {differ[:8]} change when joined mid-flight"
+
+
+def test_a_new_single_sentence_goes_ahead_of_a_documents_remaining_sentences(
+    translator: Translator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = translator.encode([s.source for s in sample_sentences(translator.tokenizer, 24)])
+    limits = [RowLimits(12)] * len(ids)
+    steps = scheduler(translator, row_budget=8)
+    admitted: list[SentenceKey] = []
+    start = steps.decoder.start
+
+    def recording(owners: list[SentenceKey], *rest: Any) -> Cohort:
+        admitted.extend(owners)
+        return start(owners, *rest)
+
+    monkeypatch.setattr(steps.decoder, "start", recording)
+    steps.submit("document", ids[:20], limits[:20], 1)
+    steps.run(lambda _: True, seconds=60.0)
+    assert steps.state().running_rows == 8 and steps.state().waiting_sentences == 12
+    steps.submit("single", ids[20:21], limits[20:21], 1)
+    finished: list[SentenceKey] = []
+    while steps.busy:
+        finished += [key for key, _ in steps.run(lambda _: False, seconds=60.0)]
+    # Rows free up; the document and the single both have none running, so the earlier arrival
+    # (the document) takes one row, then the single goes ahead of the document's other 11.
+    assert SentenceKey("single", 0) in admitted[8:10], f"admitted after the first 8: {admitted[8:11]}"
+    assert sorted(key.index for key in finished if key.request == "document") == list(range(20))
+
+
+def test_the_row_budget_and_cohort_cap_bound_the_running_batch(translator: Translator) -> None:
+    ids = translator.encode([s.source for s in sample_sentences(translator.tokenizer, 40)])
+    limits = [RowLimits(10)] * len(ids)
+    steps = scheduler(translator, row_budget=16, max_cohorts=3)
+    for number in range(10):
+        steps.submit(number, ids[4 * number : 4 * number + 4], limits[:4], 4)
+        steps.run(lambda _: True, seconds=60.0)
+        state = steps.state()
+        assert state.running_rows <= 16 and state.cohorts <= 3, state
+    while steps.busy:
+        steps.run(lambda _: False, seconds=60.0)
+    assert steps.state().running_rows == 0
