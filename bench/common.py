@@ -61,14 +61,19 @@ def sample_sentences(tokenizer: Any, count: int | None = None, seed: int = 0) ->
 
 
 def archive_with(
-    variant: str, model_dir: Path, workdir: Path, handler: Mapping[str, Any] = CACHE_OFF
+    variant: str,
+    model_dir: Path,
+    workdir: Path,
+    handler: Mapping[str, Any] = CACHE_OFF,
+    top: Mapping[str, Any] | None = None,
 ) -> tuple[Path, str]:
     """`variant`'s archive packed into <workdir>/store with these handler keys set (default: cache off).
 
-    The rest of config/zh_en_<variant>.yaml is kept; returns (model store, archive name). Packing
-    takes a second or two (zip-store); the handler section is checked here, not in a worker.
+    `top` sets TorchServe's own keys (batchSize, continuousBatching, ...). The rest of
+    config/zh_en_<variant>.yaml is kept; returns (model store, archive name). Packing takes a
+    second or two (zip-store); the handler section is checked here, not in a worker.
     """
-    config = yaml.safe_load((CONFIG_DIR / f"{MODEL_NAME}_{variant}.yaml").read_text())
+    config = {**yaml.safe_load((CONFIG_DIR / f"{MODEL_NAME}_{variant}.yaml").read_text()), **(top or {})}
     config["handler"] = {**(config.get("handler") or {}), **handler}
     HandlerConfig.from_mapping(config["handler"])
     config_dir, store = workdir / "config", workdir / "store"

@@ -49,6 +49,9 @@ class LoadSpec:
     max_requests: int = 0
     sentences: int = 2000
     label: str = "load"
+    # bench.mixed: this many of `users` send paragraphs of document_sentences sentences instead.
+    document_users: int = 0
+    document_sentences: int = 40
 
     @property
     def path(self) -> str:
@@ -75,6 +78,8 @@ def run_load(
             "ZH_EN_OPTIONS": json.dumps({"num_beams": spec.num_beams} if spec.num_beams else {}),
             "ZH_EN_FORCE_LENGTHS": "1" if identity["standin"] else "0",
             "ZH_EN_MAX_REQUESTS": str(spec.max_requests),
+            "ZH_EN_DOCUMENT_USERS": str(spec.document_users),
+            "ZH_EN_DOCUMENT_SENTENCES": str(spec.document_sentences),
         }
         lengths = "stand-in: reference lengths" if identity["standin"] else "real model"
         print(
@@ -86,6 +91,7 @@ def run_load(
         subprocess.run(_locust_command(spec, prefix), env=env, check=False, stdout=subprocess.DEVNULL)
     summary = {
         **_aggregated(Path(f"{prefix}_stats.csv")),
+        **({"by_name": _by_name(Path(f"{prefix}_stats.csv"))} if spec.document_users else {}),
         "users": spec.users,
         "spawn_rate": spec.spawn_rate,
         "duration": spec.duration,
@@ -152,9 +158,9 @@ def _write_sentences(path: Path, count: int, model_dir: Path | None) -> None:
     path.write_text(json.dumps([{"source": s.source, "tokens": s.reference_tokens} for s in sentences]))
 
 
-def _aggregated(stats_csv: Path) -> dict[str, Any]:
+def _aggregated(stats_csv: Path, name: str = "Aggregated") -> dict[str, Any]:
     with stats_csv.open() as handle:
-        row = next(r for r in csv.DictReader(handle) if r["Name"] == "Aggregated")
+        row = next(r for r in csv.DictReader(handle) if r["Name"] == name)
     return {
         "requests": int(row["Request Count"]),
         "failures": int(row["Failure Count"]),
@@ -164,6 +170,13 @@ def _aggregated(stats_csv: Path) -> dict[str, Any]:
         "p99_ms": float(row["99%"]),
         "mean_ms": round(float(row["Average Response Time"]), 1),
     }
+
+
+def _by_name(stats_csv: Path) -> dict[str, dict[str, Any]]:
+    """Each request name's own figures (the single sentences' path, "document")."""
+    with stats_csv.open() as handle:
+        names = [row["Name"] for row in csv.DictReader(handle) if row["Name"] != "Aggregated"]
+    return {name: _aggregated(stats_csv, name) for name in names}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,10 +35,12 @@ def _read_key(environment: Any, **_: Any) -> None:
     environment.zh_en_headers = _headers()
 
 
-def _post(user: Any, body: dict[str, Any], required: tuple[str, ...]) -> dict[str, Any] | None:
+def _post(
+    user: Any, body: dict[str, Any], required: tuple[str, ...], name: str = PATH
+) -> dict[str, Any] | None:
     """One request, marked failed unless it answers 200 with a JSON object holding `required`."""
     with user.client.post(
-        PATH, json=body, headers=user.environment.zh_en_headers, name=PATH, catch_response=True
+        PATH, json=body, headers=user.environment.zh_en_headers, name=name, catch_response=True
     ) as response:
         if response.status_code != 200:
             response.failure(f"HTTP {response.status_code}: {(response.text or '')[:120]}")
@@ -70,6 +72,26 @@ class Translator(FastHttpUser):  # type: ignore[misc]
         if FORCE_LENGTHS:
             body["min_new_tokens"] = body["max_new_tokens"] = sentence["tokens"]
         _post(self, body, ("translation",))
+
+
+# bench.mixed: besides the single-sentence users, DOCUMENT_USERS users send paragraphs of
+# DOCUMENT_SENTENCES random sentences (stats under the name "document"; on the stand-in every
+# sentence of a paragraph is forced to the paragraph's mean reference length).
+if DOCUMENT_USERS := int(os.environ.get("ZH_EN_DOCUMENT_USERS", "0")):
+    DOCUMENT_SENTENCES = int(os.environ.get("ZH_EN_DOCUMENT_SENTENCES", "40"))
+
+    class DocumentTranslator(FastHttpUser):  # type: ignore[misc]
+        wait_time = constant(0)
+        fixed_count = DOCUMENT_USERS
+
+        @task  # type: ignore[untyped-decorator]
+        def translate(self) -> None:
+            picked = random.sample(SENTENCES, DOCUMENT_SENTENCES)
+            body: dict[str, Any] = {"text": "".join(s["source"] for s in picked), **OPTIONS}
+            if FORCE_LENGTHS:
+                tokens = round(sum(s["tokens"] for s in picked) / len(picked))
+                body["min_new_tokens"] = body["max_new_tokens"] = tokens
+            _post(self, body, ("translation",), name="document")
 
 
 # bench.cache_load: requests in a fixed order (unique sentences, or Zipf repeats), adding up what

@@ -15,6 +15,7 @@ Variant = Literal["fp32", "int8"]
 # "fast": our own greedy/beam loops over the target-side output layer (handlers.decoding);
 # "generate": transformers' generate(), kept to compare against.
 Decoder = Literal["fast", "generate"]
+Scheduler = Literal["static", "step"]
 
 # The model's positional limit: opus-mt-zh-en has max_position_embeddings 512.
 MODEL_MAX_TOKENS = 512
@@ -40,6 +41,14 @@ class HandlerConfig:
     # Row budget of one decode unit: texts x beams decoded together. A TorchServe batch is cut into
     # units of at most this many rows, grouped by input length (bench.layout measures it).
     max_batch_rows: int = 64
+    # static: each TorchServe batch is decoded to its end. step: requests stay open across calls
+    # (needs continuousBatching: true in the yaml) and their sentences join and leave the running
+    # batch one decoder step at a time (handlers.step_scheduler); max_batch_rows is then the row
+    # budget of the running batch, max_cohorts bounds how many start positions it mixes, and a
+    # call returns after step_slice_ms so that new requests are admitted.
+    scheduler: Scheduler = "static"
+    max_cohorts: int = 8
+    step_slice_ms: int = 50
     # Runaway-generation guard: at most ratio * input tokens + slack new tokens,
     # and never more than max_new_tokens.
     max_new_tokens: int = 256
@@ -72,6 +81,11 @@ class HandlerConfig:
             raise ConfigError(f"decoder must be one of {get_args(Decoder)}, got {self.decoder!r}")
         _require(self.threads >= 1, "threads must be >= 1")
         _require(self.max_batch_rows >= 1, "max_batch_rows must be >= 1")
+        if self.scheduler not in get_args(Scheduler):
+            raise ConfigError(f"scheduler must be one of {get_args(Scheduler)}, got {self.scheduler!r}")
+        _require(self.scheduler == "static" or self.decoder == "fast", "scheduler: step needs decoder: fast")
+        _require(self.max_cohorts >= 1, "max_cohorts must be >= 1")
+        _require(self.step_slice_ms >= 1, "step_slice_ms must be >= 1")
         _require(
             self.num_beams is None or 1 <= self.num_beams <= self.max_beams,
             f"num_beams must be between 1 and max_beams ({self.max_beams})",
@@ -121,6 +135,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "bool": (bool,),
     "Variant": (str,),
     "Decoder": (str,),
+    "Scheduler": (str,),
 }
 
 

@@ -20,7 +20,9 @@ from handlers.protocols import NATIVE, Envelope
 OPTION_KEYS = ("num_beams", "max_new_tokens", "min_new_tokens")
 # "sentences": also answer the aligned (source, translation) sentence pairs; "format": text or html.
 DOCUMENT_KEYS = ("sentences", "format")
-ALLOWED_KEYS = ("text", *OPTION_KEYS, *DOCUMENT_KEYS)
+# What v1/v2 bodies may carry as parameters; streaming ("stream", scheduler: step) is native only.
+PROTOCOL_KEYS = (*OPTION_KEYS, *DOCUMENT_KEYS)
+ALLOWED_KEYS = ("text", *PROTOCOL_KEYS, "stream")
 TextFormat = Literal["text", "html"]
 TEXT_FORMATS: tuple[str, ...] = get_args(TextFormat)
 
@@ -57,6 +59,7 @@ class TranslationRequest:
     protocol: Envelope = NATIVE
     text_format: TextFormat = "text"
     want_sentences: bool = False
+    stream: bool = False
 
 
 def parse_request(item: Mapping[str, Any], config: HandlerConfig) -> TranslationRequest:
@@ -64,7 +67,7 @@ def parse_request(item: Mapping[str, Any], config: HandlerConfig) -> Translation
     payload = _decode_body(_body_of(item))
     protocol = protocols.detect(payload)
     try:
-        return _parse_payload(protocols.unwrap(protocol, payload, ALLOWED_KEYS[1:]), protocol, config)
+        return _parse_payload(protocols.unwrap(protocol, payload, PROTOCOL_KEYS), protocol, config)
     except protocols.ProtocolError as error:
         raise InvalidRequest(str(error), protocol=protocol) from None
     except InvalidRequest as error:
@@ -92,8 +95,17 @@ def _parse_payload(payload: Any, protocol: Envelope, config: HandlerConfig) -> T
     want_sentences = payload.get("sentences", False)
     if not isinstance(want_sentences, bool):
         raise InvalidRequest(f'"sentences" must be true or false, got {want_sentences!r}'[:200])
+    stream = payload.get("stream", False)
+    if not isinstance(stream, bool):
+        raise InvalidRequest(f'"stream" must be true or false, got {stream!r}'[:200])
+    if stream and config.scheduler != "step":
+        raise InvalidRequest(
+            '"stream": true needs a model version served with scheduler: step; this one decodes '
+            "each batch to its end (scheduler: static)",
+            status=400,
+        )
     fmt: TextFormat = "html" if text_format == "html" else "text"
-    request = TranslationRequest(texts, as_list, options, protocol, fmt, want_sentences)
+    request = TranslationRequest(texts, as_list, options, protocol, fmt, want_sentences, stream)
     return _validated(request, config)
 
 

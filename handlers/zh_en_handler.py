@@ -6,24 +6,34 @@ not be translated, tokenize), inference (every sentence of the batch not in the 
 in units cut by beam count, input length and row budget, each padded only to its longest),
 postprocess (each text rebuilt around its translated sentences; exactly one response per
 request: bad requests get their own 4xx, the rest of the batch is still answered).
+
+With `scheduler: step` (and TorchServe's continuousBatching) the same stages run per request as
+it arrives, and decoding is shared across calls: handle_open admits the new requests, lets the
+step scheduler decode for a time slice, and answers every open request with a chunk
+(handlers.open_requests says how chunks make the HTTP response).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
 from ts.metrics.dimension import Dimension
+from ts.metrics.metric_type_enum import MetricTypes
 from ts.torch_handler.base_handler import BaseHandler
 
-from handlers.handler_config import HandlerConfig
+from handlers.decoding import FastDecoder
+from handlers.handler_config import ConfigError, HandlerConfig
 from handlers.jobs import Job, admit_within
+from handlers.open_requests import OpenRequests
 from handlers.protocols import NATIVE, error_body, wrap_response
 from handlers.request_parsing import InvalidRequest, parse_request
 from handlers.sentence_cache import SentenceCache
 from handlers.sentence_work import BatchCounts, SentenceDecoder, answer, plan_request
+from handlers.step_scheduler import StepScheduler
 from handlers.translator import STANDIN_NOTICE, Translator
 
 logger = logging.getLogger(__name__)
@@ -36,6 +46,8 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         super().__init__()
         self.translator: Translator | None = None
         self.sentences: SentenceDecoder | None = None
+        self.open_requests: OpenRequests | None = None  # scheduler: step
+        self._gauged = 0.0  # when the scheduler gauges were last reported
         self.identity: dict[str, Any] = {}
 
     def initialize(self, context: Any) -> None:
@@ -46,6 +58,8 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         cache = SentenceCache(config.sentence_cache_entries, config.sentence_cache_bytes)
         model_tag = f"{self.identity['model']}/{self.identity['version']}/{config.variant}"
         self.sentences = SentenceDecoder(self.translator, cache, model_tag)
+        if config.scheduler == "step":
+            self.open_requests = self._open_requests(context, cache, model_tag)
         info = self.translator.info
         logger.info(
             "loaded model=%s version=%s variant=%s decoder=%s max_batch_rows=%d source=%s standin=%s "
@@ -66,6 +80,37 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         if info.standin:
             logger.warning("model %s is the %s", self.identity["model"], STANDIN_NOTICE)
         self.initialized = True
+
+    def handle(self, data: list[dict[str, Any]], context: Any) -> list[Any]:
+        if self.open_requests is None:
+            return super().handle(data, context)  # type: ignore[no-any-return]
+        return self.handle_open(data, context)
+
+    def handle_open(self, data: list[dict[str, Any]], context: Any) -> list[bytes]:
+        """One continuous-batching call: admit new requests, decode a time slice, answer every one."""
+        assert self.open_requests is not None and self.translator is not None
+        self.context = context
+        requests = [context.get_request_id(index) for index in range(len(data))]
+        self.open_requests.close_missing(set(requests))
+        for index, (item, request) in enumerate(zip(data, requests, strict=True)):
+            if not self.open_requests.is_open(request):
+                job = self._prepare(item)
+                if context.get_request_header(index, "explain") == "True" and job.work is not None:
+                    job.work, job.error = None, InvalidRequest(NO_EXPLANATIONS, status=501)
+                self._set_head(index, job)
+                self.open_requests.open(request, job)
+        self.open_requests.advance(self.translator.config.step_slice_ms / 1000)
+        chunks = [self.open_requests.chunk(request) for request in requests]
+        # TorchServe's ts_stream_next: a request's stream closes when its criterion says it is
+        # done; None sends a whole (unstreamed) response.
+        context.stopping_criteria = [
+            lambda _, more=chunk.more: None if more is None else not more for chunk in chunks
+        ]
+        counts, first_sentence_ms = self.open_requests.take_counts()
+        if counts.sentences or counts.generated_tokens:  # calls come every few ms: log only news
+            self._count(counts)
+        self._gauge_scheduler(first_sentence_ms)
+        return [chunk.body for chunk in chunks]
 
     def preprocess(self, data: list[dict[str, Any]]) -> list[Job]:
         assert self.translator is not None
@@ -101,17 +146,47 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
             return Job(error=error, protocol=error.protocol or protocol)
 
     def _respond(self, index: int, job: Job) -> dict[str, Any]:
-        assert self.translator is not None
-        self.context.set_response_content_type(index, "application/json")
-        if job.work is None:
-            assert job.error is not None
+        self._set_head(index, job)
+        return self._body(job)
+
+    def _set_head(self, index: int, job: Job) -> None:
+        """Status and headers of request `index` (sent with its first chunk under scheduler: step)."""
+        streaming = job.work is not None and job.work.request.stream
+        self.context.set_response_content_type(
+            index, "application/x-ndjson" if streaming else "application/json"
+        )
+        if streaming:
+            self.context.set_response_header(index, "X-Accel-Buffering", "no")  # nginx: pass chunks on
+        if job.error is not None:
             # The standard reason phrase: the message (which may quote client input) stays in the body.
             self.context.set_response_status(job.error.status, HTTPStatus(job.error.status).phrase, index)
             if job.error.retry_after is not None:
                 self.context.set_response_header(index, "Retry-After", str(job.error.retry_after))
+
+    def _body(self, job: Job) -> dict[str, Any]:
+        assert self.translator is not None
+        if job.work is None:
+            assert job.error is not None
             return error_body(job.protocol, job.error.status, job.error.message, job.error.kind)
         body = answer(job.work, self.translator.config.max_input_tokens)
         return wrap_response(job.protocol, {**body, **self.identity})
+
+    def _open_requests(self, context: Any, cache: SentenceCache, model_tag: str) -> OpenRequests:
+        assert self.translator is not None
+        yaml = context.model_yaml_config or {}
+        if not yaml.get("continuousBatching"):
+            raise ConfigError("scheduler: step needs continuousBatching: true in the model-config yaml")
+        if max(yaml.get("minWorkers", 1), yaml.get("maxWorkers", 1)) > 1:
+            # TorchServe 0.12 polls new jobs under one lock per model; an idle worker waits for a
+            # job while holding it, so a second worker would stall every open request of the first
+            # until the next request arrives. One worker, with threads for the cores, instead.
+            raise ConfigError("scheduler: step needs minWorkers: 1 and maxWorkers: 1 (use threads for cores)")
+        decoder = self.translator.decoder
+        assert isinstance(decoder, FastDecoder)  # HandlerConfig requires decoder: fast for step
+        config = self.translator.config
+        pad_id = self.translator.tokenizer.pad_token_id
+        steps = StepScheduler(decoder, pad_id, config.max_batch_rows, config.max_cohorts)
+        return OpenRequests(self.translator, steps, cache, model_tag, self._body)
 
     def _count(self, counts: BatchCounts) -> None:
         """Custom metrics, exposed on the metrics port (config/metrics.yaml declares them)."""
@@ -124,6 +199,21 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
             ("TokensGenerated", counts.generated_tokens),
         ):
             metrics.add_counter(name, value, dimensions=variant)
+
+    def _gauge_scheduler(self, first_sentence_ms: list[float]) -> None:
+        """scheduler: step: what waits and what runs after this call, and time to first sentence."""
+        assert self.open_requests is not None
+        metrics, state = self.context.metrics, self.open_requests.scheduler.state()
+        variant = [Dimension("Variant", str(self.identity["variant"]))]
+        if time.monotonic() - self._gauged >= 1.0:  # metric lines go through the worker's log
+            self._gauged = time.monotonic()
+            for name, value in (
+                ("QueuedSentences", state.waiting_sentences),
+                ("RunningRows", state.running_rows),
+            ):
+                metrics.add_metric(name, value, "count", dimensions=variant, metric_type=MetricTypes.GAUGE)
+        for milliseconds in first_sentence_ms:
+            metrics.add_time("TimeToFirstSentence", round(milliseconds, 2), dimensions=variant)
 
     def _identity(self, context: Any, config: HandlerConfig) -> dict[str, Any]:
         assert self.translator is not None

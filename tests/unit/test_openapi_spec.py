@@ -118,7 +118,7 @@ def test_enums_match_the_code() -> None:
 
 def test_request_fields_match_the_parser() -> None:
     assert list(SCHEMAS["TranslationRequest"]["properties"]) == list(request_parsing.ALLOWED_KEYS)
-    options = list(request_parsing.ALLOWED_KEYS[1:])
+    options = list(request_parsing.PROTOCOL_KEYS)
     assert list(SCHEMAS["Options"]["properties"]) == options
     v2_parameters = SCHEMAS["V2Parameters"]["properties"]
     assert set(v2_parameters) == set(options) | protocols.V2_TRANSPORT_PARAMETERS

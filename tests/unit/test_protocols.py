@@ -19,11 +19,11 @@ from handlers.protocols import (
     unwrap,
     wrap_response,
 )
-from handlers.request_parsing import ALLOWED_KEYS, GenerationOptions, InvalidRequest, parse_request
+from handlers.request_parsing import PROTOCOL_KEYS, GenerationOptions, InvalidRequest, parse_request
 from handlers.zh_en_handler import TranslationHandler
 from tests.unit.test_handler import make_context
 
-OPTIONS = ALLOWED_KEYS[1:]
+OPTIONS = PROTOCOL_KEYS
 CONFIG = HandlerConfig(max_texts_per_request=3, max_chars_per_text=20, max_new_tokens=50)
 V2 = Envelope("v2")
 V1 = Envelope("v1")

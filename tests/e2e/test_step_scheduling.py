@@ -1,0 +1,138 @@
+"""scheduler: step on real TorchServe (continuousBatching): plain, streamed, refused, concurrent, and
+streamed through the nginx front door.
+
+The tiny int8 archive is rebuilt with `continuousBatching: true` and `scheduler: step`; every
+answer is compared with what the static archive (the shared `server` fixture) gives.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import requests
+
+from bench.common import archive_with
+from serving import fleet as fleet_cli
+from serving.nginx_conf import FrontDoorConfig
+from serving.replica_set import Fleet
+from serving.server import TorchServe, free_port
+
+STEP = {"scheduler": "step", "sentence_cache_entries": 0}
+DOCUMENT = "。".join(f"第{n}个句子说明了一件事情" for n in range(1, 13)) + "。"
+QUICK = {"num_beams": 1, "max_new_tokens": 12}
+
+
+@pytest.fixture(scope="module")
+def step_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TorchServe]:
+    workdir = tmp_path_factory.mktemp("step")
+    top = {"continuousBatching": True, "minWorkers": 1, "maxWorkers": 1}
+    store, mar = archive_with("int8", tiny_model_dir, workdir, STEP, top)
+    with TorchServe(store, workdir / "torchserve", models=[mar]) as running:
+        yield running
+
+
+def stream(server: TorchServe, body: dict[str, object]) -> tuple[requests.Response, list[bytes]]:
+    client = server.client
+    response = client.session.post(
+        f"{client.endpoints.inference}/predictions/zh_en",
+        data=json.dumps(body).encode(),
+        headers=client._headers("inference", {"Content-Type": "application/json"}),
+        timeout=60,
+        stream=True,
+    )
+    return response, list(response.iter_lines())
+
+
+def test_a_plain_request_gets_the_static_schedulers_answer(
+    step_server: TorchServe, server: TorchServe
+) -> None:
+    for body in ({"text": "你好，世界。", **QUICK}, {"text": [DOCUMENT, "谢谢"], "sentences": True}):
+        text = str(body["text"])
+        step = step_server.client.translate(**body)  # type: ignore[arg-type]
+        static = server.client.translate(**body)  # type: ignore[arg-type]
+        assert step.status_code == 200, step.text
+        assert step.headers["Content-Type"].startswith("application/json")
+        assert step.json() == static.json(), text
+
+
+def test_a_streamed_document_sends_each_sentence_then_the_whole_response(
+    step_server: TorchServe, server: TorchServe
+) -> None:
+    response, lines = stream(step_server, {"text": DOCUMENT, "stream": True, "sentences": True})
+    assert response.status_code == 200 and response.headers["Content-Type"] == "application/x-ndjson"
+    assert response.headers.get("Transfer-Encoding") == "chunked"
+    *sentences, last = [json.loads(line) for line in lines if line]
+    whole = server.client.translate(DOCUMENT, sentences=True).json()
+    assert {key: value for key, value in last.items() if key != "stats"} == {
+        key: value for key, value in whole.items() if key != "stats"
+    }
+    assert [line["sentence"] for line in sentences] == list(range(12))
+    assert [line["translation"] for line in sentences] == [pair["translation"] for pair in whole["sentences"]]
+
+
+def test_refusals_keep_their_status_and_body(step_server: TorchServe, server: TorchServe) -> None:
+    for body in (b'{"txt": "x"}', b'{"text": 5}', json.dumps({"text": "你好", "num_beams": 99}).encode()):
+        step = step_server.client.post_raw(body, "application/json")
+        static = server.client.post_raw(body, "application/json")
+        assert step.status_code == static.status_code and 400 <= step.status_code < 500, step.text
+        assert step.json() == static.json()
+    refused = server.client.translate("你好", stream=True)
+    assert refused.status_code == 400 and "scheduler: step" in refused.json()["message"]
+
+
+def test_concurrent_singles_and_documents_all_come_back_right(step_server: TorchServe) -> None:
+    texts = [f"第{n}天我们去了公园。" for n in range(24)] + [DOCUMENT] * 4
+    alone = {text: step_server.client.translate(text).json()["translation"] for text in set(texts)}
+    with ThreadPoolExecutor(12) as pool:
+        answers = list(pool.map(lambda text: step_server.client.translate(text), texts))
+    assert [a.status_code for a in answers] == [200] * len(texts)
+    assert [a.json()["translation"] for a in answers] == [alone[text] for text in texts]
+
+
+def test_a_stream_passes_the_front_door_unbuffered(step_server: TorchServe, tmp_path: Path) -> None:
+    store = step_server.model_store
+    door = FrontDoorConfig(listen=f"127.0.0.1:{free_port()}")
+    fleet = Fleet.create(tmp_path / "fleet", store, archive=step_server.models[0], door=door)
+    fleet.start(1)
+    try:
+        out = tmp_path / "client.json"
+        assert (
+            fleet_cli.main(["keys", "add", "streamer", "--out", str(out), "--dir", str(fleet.run_dir)]) == 0
+        )
+        key = json.loads(out.read_text())["inference"]["key"]
+        response = requests.post(
+            f"http://{door.listen}/predictions/zh_en",
+            json={"text": DOCUMENT, "stream": True},
+            headers={"Authorization": f"Bearer {key}"},
+            stream=True,
+            timeout=60,
+        )
+        pieces = [piece for piece in response.iter_content(chunk_size=None) if piece]
+        lines = b"".join(pieces).splitlines()
+        assert response.status_code == 200 and response.headers["Content-Type"] == "application/x-ndjson"
+        assert [json.loads(line)["sentence"] for line in lines[:-1]] == list(range(12))
+        assert "translation" in json.loads(lines[-1])
+        assert len(pieces) > 1, "nginx buffered the stream into one piece"
+    finally:
+        fleet.stop()
+
+
+def test_the_scheduler_reports_queue_rows_and_time_to_first_sentence(step_server: TorchServe) -> None:
+    def reported() -> set[str]:
+        metrics = requests.get(f"{step_server.client.endpoints.metrics}/metrics", timeout=30).text
+        names = ("QueuedSentences", "RunningRows", "TimeToFirstSentence")
+        return {
+            name for name in names if re.search(rf'^{name}\{{Variant="int8".*\}} [0-9.]+$', metrics, re.M)
+        }
+
+    assert step_server.client.translate(DOCUMENT).status_code == 200
+    deadline = time.monotonic() + 30  # the frontend reads worker metrics from their log stream
+    while len(reported()) < 3 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert reported() == {"QueuedSentences", "RunningRows", "TimeToFirstSentence"}
