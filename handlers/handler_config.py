@@ -44,10 +44,12 @@ class HandlerConfig:
     # static: each TorchServe batch is decoded to its end. step: requests stay open across calls
     # (needs continuousBatching: true in the yaml) and their sentences join and leave the running
     # batch one decoder step at a time (handlers.step_scheduler); max_batch_rows is then the row
-    # budget of the running batch, max_cohorts bounds how many start positions it mixes, and a
+    # budget of the running batch, max_cohorts bounds how many start positions it mixes,
+    # document_share of the rows is kept for requests of several sentences while they wait, and a
     # call returns after step_slice_ms so that new requests are admitted.
     scheduler: Scheduler = "static"
     max_cohorts: int = 8
+    document_share: float = 0.34
     step_slice_ms: int = 50
     # Runaway-generation guard: at most ratio * input tokens + slack new tokens,
     # and never more than max_new_tokens.
@@ -85,6 +87,7 @@ class HandlerConfig:
             raise ConfigError(f"scheduler must be one of {get_args(Scheduler)}, got {self.scheduler!r}")
         _require(self.scheduler == "static" or self.decoder == "fast", "scheduler: step needs decoder: fast")
         _require(self.max_cohorts >= 1, "max_cohorts must be >= 1")
+        _require(0.0 <= self.document_share <= 1.0, "document_share must be between 0 and 1")
         _require(self.step_slice_ms >= 1, "step_slice_ms must be >= 1")
         _require(
             self.num_beams is None or 1 <= self.num_beams <= self.max_beams,

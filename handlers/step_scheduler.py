@@ -9,9 +9,11 @@ the ids it gets alone (the linear layers see all rows, per-row int8 keeps rows i
 Admission policy (`admit`): while the row budget (sentences x beams) has room and fewer than
 `max_cohorts` cohorts run, take the next sentence of the request with the fewest sentences
 running, earliest arrival first on ties. A new one-sentence request therefore goes ahead of a
-document's remaining sentences, and a document keeps at least one sentence running whenever it
-has one waiting at its turn, so it is never starved. Greedy and each beam count run as their own
-lanes (rows of one lane share a search), stepped in turn.
+document's remaining sentences. Documents (requests of more than one sentence) are guaranteed
+`document_share` of the row budget: while they hold less and have sentences waiting, the next
+row goes to one of them (by the same order), so under saturating single-sentence traffic they
+still progress. Greedy and each beam count run as their own lanes (rows of one lane share a
+search), stepped in turn.
 
 The caller drives it (the TorchServe handler, once per continuous-batching call): `submit`,
 then `run` until something to answer is ready or the time slice ends.
@@ -43,6 +45,7 @@ class SentenceKey:
 class _Request:
     arrival: int
     beams: int
+    document: bool  # more than one sentence
     waiting: deque[tuple[int, list[int], RowLimits]] = field(default_factory=deque)
     running: int = 0
 
@@ -57,9 +60,12 @@ class SchedulerState:
 
 
 class StepScheduler:
-    def __init__(self, decoder: FastDecoder, pad_id: int, row_budget: int, max_cohorts: int) -> None:
+    def __init__(
+        self, decoder: FastDecoder, pad_id: int, row_budget: int, max_cohorts: int, document_share: float
+    ) -> None:
         self.decoder, self.pad_id = decoder, pad_id
         self.row_budget, self.max_cohorts = row_budget, max_cohorts
+        self.document_rows = document_share * row_budget
         self._requests: dict[Hashable, _Request] = {}
         self._lanes: dict[int, list[Cohort]] = defaultdict(list)  # beams -> running cohorts
         self._arrivals = 0
@@ -73,7 +79,7 @@ class StepScheduler:
         if not ids:
             return
         self._arrivals += 1
-        entry = _Request(self._arrivals, beams)
+        entry = _Request(self._arrivals, beams, document=len(ids) > 1)
         pairs = zip(ids, limits, strict=True)
         entry.waiting.extend((index, list(row), limit) for index, (row, limit) in enumerate(pairs))
         self._requests[request] = entry
@@ -115,13 +121,19 @@ class StepScheduler:
     def admit(self) -> None:
         """Start a cohort per lane from waiting sentences, as the policy in the module doc says."""
         rows = self.state().running_rows
+        document_rows = sum(e.running * e.beams for e in self._requests.values() if e.document)
         cohorts = sum(len(lane) for lane in self._lanes.values())
         chosen: dict[int, list[tuple[SentenceKey, list[int], RowLimits]]] = defaultdict(list)
         while cohorts + len(chosen) <= self.max_cohorts:
-            candidates = [(e.running, e.arrival, key) for key, e in self._requests.items() if e.waiting]
+            candidates = [
+                (e.running, e.arrival, key, e.document) for key, e in self._requests.items() if e.waiting
+            ]
             if not candidates:
                 break
-            _, _, key = min(candidates)
+            documents = [candidate for candidate in candidates if candidate[3]]
+            if documents and document_rows < self.document_rows:
+                candidates = documents
+            key = min(candidates)[2]
             entry = self._requests[key]
             if rows + entry.beams > self.row_budget and rows > 0:
                 break
@@ -131,6 +143,7 @@ class StepScheduler:
             chosen[entry.beams].append((SentenceKey(key, index), ids, limit))
             entry.running += 1
             rows += entry.beams
+            document_rows += entry.beams if entry.document else 0
         for beams, sentences in chosen.items():
             input_ids, mask = pad_batch([ids for _, ids, _ in sentences], self.pad_id)
             owners = [owner for owner, _, _ in sentences]

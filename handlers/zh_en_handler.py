@@ -185,7 +185,9 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         assert isinstance(decoder, FastDecoder)  # HandlerConfig requires decoder: fast for step
         config = self.translator.config
         pad_id = self.translator.tokenizer.pad_token_id
-        steps = StepScheduler(decoder, pad_id, config.max_batch_rows, config.max_cohorts)
+        steps = StepScheduler(
+            decoder, pad_id, config.max_batch_rows, config.max_cohorts, config.document_share
+        )
         return OpenRequests(self.translator, steps, cache, model_tag, self._body)
 
     def _count(self, counts: BatchCounts) -> None:

@@ -24,9 +24,12 @@ from handlers.translator import Translator
 SENTENCES = 200
 
 
-def scheduler(translator: Translator, row_budget: int = 64, max_cohorts: int = 8) -> StepScheduler:
+def scheduler(
+    translator: Translator, row_budget: int = 64, max_cohorts: int = 8, document_share: float = 0.0
+) -> StepScheduler:
     assert isinstance(translator.decoder, FastDecoder)
-    return StepScheduler(translator.decoder, translator.tokenizer.pad_token_id, row_budget, max_cohorts)
+    pad_id = translator.tokenizer.pad_token_id
+    return StepScheduler(translator.decoder, pad_id, row_budget, max_cohorts, document_share)
 
 
 def requests_of(count: int) -> list[list[int]]:
@@ -113,3 +116,22 @@ def test_the_row_budget_and_cohort_cap_bound_the_running_batch(translator: Trans
     while steps.busy:
         steps.run(lambda _: False, seconds=60.0)
     assert steps.state().running_rows == 0
+
+
+def test_documents_keep_their_share_of_rows_under_a_stream_of_single_sentences(
+    translator: Translator,
+) -> None:
+    ids = translator.encode([s.source for s in sample_sentences(translator.tokenizer, 60)])
+    limits = [RowLimits(6)] * len(ids)
+    steps = scheduler(translator, row_budget=12, document_share=0.34)
+    steps.submit("document", ids[:20], limits[:20], 1)
+    singles, document_done = 0, 0
+    for _ in range(40):  # single sentences keep arriving, more than the rows can hold
+        for _ in range(3):
+            steps.submit(f"single-{singles}", [ids[20 + singles % 40]], [limits[0]], 1)
+            singles += 1
+        finished = steps.run(lambda _: True, seconds=60.0)
+        document_done += sum(key.request == "document" for key, _ in finished)
+    # 0.34 of 12 rows: the document runs at least 4 of its sentences at a time, so at 6 steps a
+    # sentence it finishes at least 4 every 6 steps once the first ones are through.
+    assert document_done >= 20, f"the document finished only {document_done} of 20 sentences in 40 steps"
