@@ -5,9 +5,9 @@
 
 Each scheduler serves the int8 archive (sentence cache off) from a real TorchServe on loopback
 ports: `static` as shipped (config/zh_en_int8.yaml: 2 workers x 1 thread, batches of 16 decoded
-to their end); `step` with continuousBatching, one worker x 2 threads (TorchServe 0.12 cannot run
-continuous batching with two workers: docs/SCHEDULING.md), sentences joining and leaving the
-running batch every decoder step. Phases, each bounded, all against 127.0.0.1:
+to their end); `step` with continuousBatching, one worker (TorchServe 0.12 cannot run continuous batching with
+two workers: docs/SCHEDULING.md) holding two running batches on two threads of one intra-op
+thread each, sentences joining and leaving them every decoder step. Phases, each bounded, all against 127.0.0.1:
 
 1. interactive: --users single-sentence users, no pause (saturation), at the model's beams;
 2. mixed: the same users plus --document-users users sending 40-sentence paragraphs;
@@ -48,8 +48,9 @@ SCHEDULERS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     # name: (handler keys, TorchServe keys) over config/zh_en_int8.yaml, cache off
     "static": ({"sentence_cache_entries": 0}, {}),
     "step": (
-        # One worker holds the host's work: the two static workers' 64-row units together.
-        {"sentence_cache_entries": 0, "scheduler": "step", "threads": 2, "max_batch_rows": 128},
+        # One worker holds the host's work: two running batches on two threads, as the two static
+        # workers (handlers.scheduler_threads).
+        {"sentence_cache_entries": 0, "scheduler": "step", "threads": 1, "step_partitions": 2},
         {"continuousBatching": True, "minWorkers": 1, "maxWorkers": 1, "batchSize": 64},
     ),
 }

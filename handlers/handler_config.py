@@ -46,8 +46,11 @@ class HandlerConfig:
     # batch one decoder step at a time (handlers.step_scheduler); max_batch_rows is then the row
     # budget of the running batch, max_cohorts bounds how many start positions it mixes,
     # document_share of the rows is kept for requests of several sentences while they wait, and a
-    # call returns after step_slice_ms so that new requests are admitted.
+    # call returns after step_slice_ms so that new requests are admitted. step_partitions running
+    # batches (each max_batch_rows) step side by side on their own threads, each with `threads`
+    # intra-op threads: on 2 cores, 2 x 1 (handlers.scheduler_threads says why).
     scheduler: Scheduler = "static"
+    step_partitions: int = 1
     max_cohorts: int = 8
     document_share: float = 0.34
     step_slice_ms: int = 50
@@ -87,6 +90,7 @@ class HandlerConfig:
             raise ConfigError(f"scheduler must be one of {get_args(Scheduler)}, got {self.scheduler!r}")
         _require(self.scheduler == "static" or self.decoder == "fast", "scheduler: step needs decoder: fast")
         _require(self.max_cohorts >= 1, "max_cohorts must be >= 1")
+        _require(self.step_partitions >= 1, "step_partitions must be >= 1")
         _require(0.0 <= self.document_share <= 1.0, "document_share must be between 0 and 1")
         _require(self.step_slice_ms >= 1, "step_slice_ms must be >= 1")
         _require(

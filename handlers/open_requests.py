@@ -26,10 +26,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from handlers.jobs import Job
+from handlers.scheduler_threads import ThreadedSchedulers
 from handlers.search import RowLimits
 from handlers.sentence_cache import CacheKey, SentenceCache, cache_key
 from handlers.sentence_work import BatchCounts, RequestWork
-from handlers.step_scheduler import SentenceKey, StepScheduler
+from handlers.step_scheduler import SentenceKey
 from handlers.translator import Translator
 
 
@@ -74,7 +75,7 @@ class OpenRequests:
     def __init__(
         self,
         translator: Translator,
-        scheduler: StepScheduler,
+        scheduler: ThreadedSchedulers,
         cache: SentenceCache,
         model_tag: str,
         render: Callable[[Job], dict[str, Any]],

@@ -96,6 +96,9 @@ class StepScheduler:
     def busy(self) -> bool:
         return bool(self._requests)
 
+    def holds(self, request: Hashable) -> bool:
+        return request in self._requests
+
     def state(self) -> SchedulerState:
         rows = sum(c.sentences * beams for beams, cohorts in self._lanes.items() for c in cohorts)
         return SchedulerState(

@@ -31,6 +31,7 @@ from handlers.jobs import Job, admit_within
 from handlers.open_requests import OpenRequests
 from handlers.protocols import NATIVE, error_body, wrap_response
 from handlers.request_parsing import InvalidRequest, parse_request
+from handlers.scheduler_threads import ThreadedSchedulers
 from handlers.sentence_cache import SentenceCache
 from handlers.sentence_work import BatchCounts, SentenceDecoder, answer, plan_request
 from handlers.step_scheduler import StepScheduler
@@ -179,16 +180,19 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         if max(yaml.get("minWorkers", 1), yaml.get("maxWorkers", 1)) > 1:
             # TorchServe 0.12 polls new jobs under one lock per model; an idle worker waits for a
             # job while holding it, so a second worker would stall every open request of the first
-            # until the next request arrives. One worker, with threads for the cores, instead.
-            raise ConfigError("scheduler: step needs minWorkers: 1 and maxWorkers: 1 (use threads for cores)")
+            # until the next request arrives. One worker, with step_partitions for the cores.
+            raise ConfigError(
+                "scheduler: step needs minWorkers: 1 and maxWorkers: 1 (use step_partitions for cores)"
+            )
         decoder = self.translator.decoder
         assert isinstance(decoder, FastDecoder)  # HandlerConfig requires decoder: fast for step
         config = self.translator.config
         pad_id = self.translator.tokenizer.pad_token_id
-        steps = StepScheduler(
-            decoder, pad_id, config.max_batch_rows, config.max_cohorts, config.document_share
-        )
-        return OpenRequests(self.translator, steps, cache, model_tag, self._body)
+        partitions = [
+            StepScheduler(decoder, pad_id, config.max_batch_rows, config.max_cohorts, config.document_share)
+            for _ in range(config.step_partitions)
+        ]
+        return OpenRequests(self.translator, ThreadedSchedulers(partitions), cache, model_tag, self._body)
 
     def _count(self, counts: BatchCounts) -> None:
         """Custom metrics, exposed on the metrics port (config/metrics.yaml declares them)."""

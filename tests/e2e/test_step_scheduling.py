@@ -23,7 +23,7 @@ from serving.nginx_conf import FrontDoorConfig
 from serving.replica_set import Fleet
 from serving.server import TorchServe, free_port
 
-STEP = {"scheduler": "step", "sentence_cache_entries": 0}
+STEP = {"scheduler": "step", "sentence_cache_entries": 0, "threads": 1, "step_partitions": 2}
 DOCUMENT = "。".join(f"第{n}个句子说明了一件事情" for n in range(1, 13)) + "。"
 QUICK = {"num_beams": 1, "max_new_tokens": 12}
 

@@ -1,4 +1,5 @@
-"""The step scheduler: a sentence's ids are the same however it is scheduled, and admission is fair.
+"""The step scheduler: a sentence's ids are the same however it is scheduled (also on two partitions
+stepping at once on two threads), and admission is fair.
 
 On the lively tiny stand-in, 200 sentences of mixed lengths, fp32 and int8, greedy and beam 4:
 decoded alone, then through the scheduler with requests (single sentences and 5-sentence
@@ -17,6 +18,7 @@ from bench.common import sample_sentences
 from handlers.batching import pad_batch
 from handlers.decoding import FastDecoder
 from handlers.handler_config import HandlerConfig, Variant
+from handlers.scheduler_threads import ThreadedSchedulers
 from handlers.search import Cohort, RowLimits
 from handlers.step_scheduler import SentenceKey, StepScheduler
 from handlers.translator import Translator
@@ -49,8 +51,10 @@ def translator(request: pytest.FixtureRequest, lively_model_dir: Path) -> Transl
     return Translator.load(lively_model_dir, HandlerConfig(variant=variant, warmup=False))
 
 
-@pytest.mark.parametrize("beams", [1, 4])
-def test_a_sentence_decodes_the_same_alone_and_joined_mid_flight(translator: Translator, beams: int) -> None:
+@pytest.mark.parametrize(("beams", "partitions"), [(1, 1), (4, 1), (4, 2)])
+def test_a_sentence_decodes_the_same_alone_and_joined_mid_flight(
+    translator: Translator, beams: int, partitions: int
+) -> None:
     ids = translator.encode([s.source for s in sample_sentences(translator.tokenizer, SENTENCES)])
     limits = [RowLimits(min(40, 2 * len(row) + 10)) for row in ids]
     alone = []
@@ -59,7 +63,8 @@ def test_a_sentence_decodes_the_same_alone_and_joined_mid_flight(translator: Tra
         alone.append(translator.decoder.decode(input_ids, mask, [limit], beams)[0])
     assert len({len(out) for out in alone}) > 3, "the model must end sentences at varied lengths"
 
-    steps = scheduler(translator)
+    # Two partitions: two running batches stepping at once on two threads.
+    steps = ThreadedSchedulers([scheduler(translator) for _ in range(partitions)])
     members_of = requests_of(SENTENCES)
     scheduled: dict[int, list[int]] = {}
     joined_late = 0
@@ -73,7 +78,10 @@ def test_a_sentence_decodes_the_same_alone_and_joined_mid_flight(translator: Tra
             scheduled[members_of[cast(int, key.request)][key.index]] = out
     assert joined_late > 20, "most requests must arrive while others are mid-flight"
     differ = [i for i in range(SENTENCES) if scheduled[i] != alone[i]]
-    print(f"{translator.config.variant} beams={beams}: joined mid-flight changes {len(differ)}")
+    used = [p for p in steps.partitions if p._arrivals]
+    assert len(used) == partitions, "requests must spread over every partition"
+    setting = f"{translator.config.variant} beams={beams} partitions={partitions}"
+    print(f"{setting}: joined mid-flight changes {len(differ)}")
     assert differ == [], f"beam {beams}: sentences {differ[:8]} change when joined mid-flight"
 
 
