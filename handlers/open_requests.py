@@ -120,10 +120,9 @@ class OpenRequests:
             self._drop(request)
 
     def advance(self, seconds: float) -> None:
-        """Decode until some open request has something new to send, or the time slice ends."""
-        if any(self._has_news(entry) for entry in self._open.values()):
-            return
-        for key, ids in self.scheduler.run(self._news_in, seconds):
+        """Take what the scheduler finished; wait for more only while no open request has news."""
+        waiting = not any(self._has_news(entry) for entry in self._open.values())
+        for key, ids in self.scheduler.run(self._news_in, seconds if waiting else 0.0):
             self._store(key, ids)
 
     def chunk(self, request: Hashable) -> Chunk:
