@@ -1,5 +1,5 @@
 """`make bench`: quality, the latency ladder, the row budget curve, Locust load, the sentence cache
-under load, then the report.
+under load, static batching against the step scheduler (bench.mixed), then the report.
 
 Locust runs against one server per configuration: int8 and fp32 with the default fast decoder, and
 int8 with `decoder: generate`, so the decoders are compared under the same load in the same run.
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from archive.build import MODEL_NAME
-from bench import bleu, cache_load, latency, report, row_budget
+from bench import bleu, cache_load, latency, mixed, report, row_budget
 from bench.common import CACHE_OFF, RESULTS_DIR, archive_with, load_model_dir
 from bench.load import LoadSpec, run_load
 from serving.server import TorchServe
@@ -37,6 +37,7 @@ class Plan:
     duration: str
     row_budget_args: list[str]
     cache_load_args: list[str]
+    mixed_args: list[str]
 
 
 FULL = Plan(
@@ -55,6 +56,7 @@ FULL = Plan(
     duration="30s",
     row_budget_args=[],
     cache_load_args=["--users", "100", "--duration", "30s"],
+    mixed_args=[],
 )
 QUICK = Plan(
     bleu_limit=16,
@@ -63,9 +65,13 @@ QUICK = Plan(
     duration="4s",
     row_budget_args=["--sentences", "8", "--budgets", "4", "32", "--beams", "4"],
     cache_load_args=["--users", "4", "--duration", "4s"],
+    mixed_args=[
+        *("--users", "4", "--document-users", "1", "--uniform-users", "4"),
+        *("--duration", "4s", "--beams", "1", "--stream-sentences", "12"),
+    ],
 )
 SERVERS = ("int8", "fp32", "int8-generate")
-STEPS = 6
+STEPS = 7
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
                     run_load(spec, results, model_dir)
     _step(5, "sentence cache under load (Locust: unique sentences, then Zipf repeats)")
     cache_load.main(["--model", str(model_dir), *plan.cache_load_args, "--results-dir", str(results)])
-    _step(6, "report")
+    _step(6, "schedulers: static batches against the step scheduler (Locust, streaming)")
+    mixed.main(["--model", str(model_dir), *plan.mixed_args, "--results-dir", str(results)])
+    _step(7, "report")
     report.main(["--results-dir", str(results)])
     print(f"bench finished in {time.monotonic() - started:.0f}s", file=sys.stderr)
     return 0

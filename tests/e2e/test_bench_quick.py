@@ -34,5 +34,21 @@ def test_quick_bench_writes_results_report_and_plots(tiny_model_dir: Path, tmp_p
         assert load["requests"] > 0 and load["failures"] == 0
         assert (load["variant"], load["decoder"]) == (variant, decoder)
     assert_quick_ladder(tmp_path, tiny_model_dir)
+    assert_mixed_ran(tmp_path)
     report = (tmp_path / "README.md").read_text()
     assert "offline stand-in" in report and "| 36.12 | 54.81 |" in report
+
+
+def assert_mixed_ran(results: Path) -> None:
+    """bench.mixed: both schedulers under Locust, the streamed document, the targets, table and plot."""
+    result = json.loads((results / "mixed.json").read_text())
+    for name in ("static", "step"):
+        figures = result["schedulers"][name]
+        assert figures["interactive"]["requests"] > 0 and figures["interactive"]["failures"] == 0
+        assert figures["uniform_beam1"]["failures"] == 0
+        assert figures["idle"]["document_first_ms"] <= figures["idle"]["document_whole_ms"]
+    # step streams the document: a line per sentence (12 or more), then the whole response.
+    assert result["schedulers"]["step"]["idle"]["document_lines"] >= 12 + 1
+    assert result["schedulers"]["static"]["idle"]["document_lines"] == 1
+    assert "documents_no_failures_and_a_third" in result["targets"]["step_targets"]
+    assert "bench.mixed" in (results / "mixed.md").read_text() and (results / "mixed.png").stat().st_size > 0
