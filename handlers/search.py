@@ -107,7 +107,9 @@ class Cohort(Protocol):
         ...
 
 
-class GreedyCohort:
+class _CohortState:
+    """What every search keeps per cohort: its sentences, their bounds, caches and next tokens."""
+
     def __init__(
         self, vocabulary: Vocabulary, owners: Sequence[Any], cross: CrossMemory, limits: Sequence[RowLimits]
     ) -> None:
@@ -116,7 +118,8 @@ class GreedyCohort:
         self.owners = list(owners)
         self.caps = torch.tensor([limit.max_new_tokens for limit in limits])
         self.minimums = torch.tensor([limit.min_new_tokens for limit in limits])
-        self.results: list[list[int]] = [[] for _ in self.owners]
+        # Position 0: the decoder start token, one row per sentence (a beam search's beams all
+        # hold it, so one row stands for them).
         self._tokens = torch.full((len(self.owners),), vocabulary.rules.decoder_start, dtype=torch.long)
 
     @property
@@ -126,6 +129,14 @@ class GreedyCohort:
     @property
     def sentences(self) -> int:
         return len(self.owners)
+
+
+class GreedyCohort(_CohortState):
+    def __init__(
+        self, vocabulary: Vocabulary, owners: Sequence[Any], cross: CrossMemory, limits: Sequence[RowLimits]
+    ) -> None:
+        super().__init__(vocabulary, owners, cross, limits)
+        self.results: list[list[int]] = [[] for _ in self.owners]
 
     def advance(self, logits: torch.Tensor) -> Finished:
         self.vocabulary.constrain(logits, self.generated, self.caps, self.minimums)
@@ -148,7 +159,7 @@ class GreedyCohort:
         return done
 
 
-class BeamCohort:
+class BeamCohort(_CohortState):
     """Beam search over a cohort's sentences, each decoded as generate() decodes it alone."""
 
     def __init__(
@@ -159,13 +170,9 @@ class BeamCohort:
         limits: Sequence[RowLimits],
         beams: int,
     ) -> None:
-        self.vocabulary, self.cross, self.generated = vocabulary, cross, 0
-        self.cache: list[KeyValues] = []
+        super().__init__(vocabulary, owners, cross, limits)
         self.rules, self.beams = vocabulary.rules, beams
-        self.owners = list(owners)
         count = len(self.owners)
-        self.caps = torch.tensor([limit.max_new_tokens for limit in limits])
-        self.minimums = torch.tensor([limit.min_new_tokens for limit in limits])
         self.running = torch.empty((count, beams, 0), dtype=torch.long)
         self.running_scores = torch.full((count, beams), NEG)
         self.running_scores[:, 0] = 0.0
@@ -175,16 +182,6 @@ class BeamCohort:
         self.improvable = torch.ones(count, dtype=torch.bool)
         self.all_hit = torch.zeros(count, dtype=torch.bool)  # every candidate of the step ended
         self.top_beams = torch.arange(2 * beams) < beams
-        # Position 0: every beam holds the same start token, so one row per sentence is computed.
-        self._tokens = torch.full((count,), self.rules.decoder_start, dtype=torch.long)
-
-    @property
-    def tokens(self) -> torch.Tensor:
-        return self._tokens
-
-    @property
-    def sentences(self) -> int:
-        return len(self.owners)
 
     def advance(self, logits: torch.Tensor) -> Finished:
         log_probs = F.log_softmax(logits, dim=-1)
