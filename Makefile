@@ -11,12 +11,12 @@ STAMP := $(VENV)/.installed
 
 STRICT_FLAG := $(if $(filter 1,$(STRICT)),--strict,)
 
-.PHONY: help venv java nginx archives serve stop status test lint bench bench-quick layout soak swap fleet fleet-stop clean
+.PHONY: help venv java nginx archives serve stop test lint bench bench-quick layout soak swap fleet fleet-stop clean
 
 help:
 	@echo "make serve   build the archives (MODEL=hub id|dir|synthetic, STRICT=1) and start TorchServe"
 	@echo "make stop    stop TorchServe"
-	@echo "make test    lint, type-check and run the whole test suite"
+	@echo "make test    lint, type-check and run the whole test suite (make lint: only the first two)"
 	@echo "make bench   quality, latency ladder and load benchmarks, report with plots"
 	@echo "make layout  measure workers x threads x batch x row budget, print the winning model config"
 	@echo "make swap TO=1.0-fp32   zero-downtime switch of the default version"
@@ -54,11 +54,13 @@ serve: archives java
 stop: $(STAMP)
 	$(BIN)/torchserve --stop
 
-test: $(STAMP) java nginx
+lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/hadolint Dockerfile
+
+test: lint java nginx
 	$(BIN)/python -m pytest -q
 
 bench: archives java
