@@ -15,8 +15,9 @@ row goes to one of them (by the same order), so under saturating single-sentence
 still progress. Greedy and each beam count run as their own lanes (rows of one lane share a
 search), stepped in turn.
 
-The caller drives it (the TorchServe handler, once per continuous-batching call): `submit`,
-then `run` until something to answer is ready or the time slice ends.
+One StepScheduler is one running batch, driven by one thread: in the worker, its partition's
+loop in handlers.scheduler_threads (`submit`/`cancel`, then `admit` and `step`); in tests and
+benchmarks, `run` steps it until the caller has what it waits for.
 """
 
 from __future__ import annotations
