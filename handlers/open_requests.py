@@ -27,9 +27,8 @@ from typing import Any
 
 from handlers.jobs import Job
 from handlers.scheduler_threads import ThreadedSchedulers
-from handlers.search import RowLimits
 from handlers.sentence_cache import CacheKey, SentenceCache, cache_key
-from handlers.sentence_work import BatchCounts, RequestWork
+from handlers.sentence_work import BatchCounts
 from handlers.step_scheduler import SentenceKey
 from handlers.translator import Translator
 
@@ -97,17 +96,14 @@ class OpenRequests:
             return
         work = job.work
         chunks = [chunk for sentence in work.chunks for chunk in sentence]
-        settings = self._decode_settings(work)
+        settings = self.translator.decode_settings(work.request.options)
         entry.keys = [cache_key(self.model_tag, settings, chunk) for chunk in chunks]
         entry.texts = [self.cache.get(key) for key in entry.keys]
         misses = [index for index, text in enumerate(entry.texts) if text is None]
         hits = len(chunks) - len(misses)
         self._add_counts(cache_hits=hits, cache_misses=len(misses), sentences=len(work.chunks))
         options = work.request.options
-        limits = [
-            RowLimits(self.translator.new_token_cap(options, len(chunks[i])), options.min_new_tokens or 0)
-            for i in misses
-        ]
+        limits = [self.translator.row_limits(options, len(chunks[i])) for i in misses]
         entry.misses = misses
         self.scheduler.submit(
             request, [chunks[i] for i in misses], limits, self.translator.beams_for(options)
@@ -193,10 +189,6 @@ class OpenRequests:
 
     def _drop(self, request: Hashable) -> None:
         self._open.pop(request, None)
-
-    def _decode_settings(self, work: RequestWork) -> tuple[object, ...]:
-        options = work.request.options
-        return (self.translator.beams_for(options), options.max_new_tokens, options.min_new_tokens)
 
     def _add_counts(self, **added: int) -> None:
         self.counts = BatchCounts(**{k: v + added.get(k, 0) for k, v in vars(self.counts).items()})

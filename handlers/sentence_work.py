@@ -113,7 +113,7 @@ class SentenceDecoder:
         hits = [False] * len(ids)
         misses: dict[CacheKey, list[int]] = {}  # a sentence repeated in the batch is decoded once
         for index, (row, option) in enumerate(zip(ids, options, strict=True)):
-            key = cache_key(self.model_tag, self._decode_settings(option), row)
+            key = cache_key(self.model_tag, self.translator.decode_settings(option), row)
             cached = self.cache.get(key)
             if cached is None:
                 misses.setdefault(key, []).append(index)
@@ -126,10 +126,6 @@ class SentenceDecoder:
             for index in indices:
                 texts[index] = text
         return texts, hits
-
-    def _decode_settings(self, options: GenerationOptions) -> tuple[object, ...]:
-        """The options after defaults: two requests that decode alike share cache entries."""
-        return (self.translator.beams_for(options), options.max_new_tokens, options.min_new_tokens)
 
 
 def answer(work: RequestWork, max_input_tokens: int) -> dict[str, Any]:

@@ -140,10 +140,7 @@ class Translator:
         beams = {self.beams_for(option) for option in options}
         if len(beams) != 1:
             raise ValueError(f"one decode unit needs one beam count, got {sorted(beams)}")
-        limits = [
-            RowLimits(self.new_token_cap(option, len(row)), option.min_new_tokens or 0)
-            for option, row in zip(options, ids, strict=True)
-        ]
+        limits = [self.row_limits(option, len(row)) for option, row in zip(options, ids, strict=True)]
         input_ids, attention_mask = pad_batch(ids, self.tokenizer.pad_token_id)
         with torch.inference_mode():
             rows = self.decoder.decode(input_ids, attention_mask, limits, beams.pop())
@@ -184,6 +181,14 @@ class Translator:
                 f"> max_decode_tokens_per_request ({limit}); send fewer texts, beams or max_new_tokens",
                 status=413,
             )
+
+    def row_limits(self, options: GenerationOptions, input_tokens: int) -> RowLimits:
+        """A text's own bounds on new tokens, as every decoder and scheduler applies them."""
+        return RowLimits(self.new_token_cap(options, input_tokens), options.min_new_tokens or 0)
+
+    def decode_settings(self, options: GenerationOptions) -> tuple[object, ...]:
+        """The options after defaults: two requests that decode alike share sentence-cache entries."""
+        return (self.beams_for(options), options.max_new_tokens, options.min_new_tokens)
 
     def new_token_cap(self, options: GenerationOptions, input_tokens: int) -> int:
         """The request's max_new_tokens, else the runaway guard: ratio x input + slack, capped."""
