@@ -172,7 +172,7 @@ def under_load(
 
 
 def table(result: dict[str, Any]) -> str:
-    """The README's fault table form: event | requests | failed | recovery."""
+    """The fault table form of docs/BENCHMARKS.md: event | requests | failed | recovery."""
     roll, kill, add, remove = (result[key] for key in ("roll", "kill", "add", "remove"))
     per_replica = [step["seconds"] for step in roll["steps"]]
     rows = [

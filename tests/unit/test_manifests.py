@@ -48,7 +48,7 @@ POD_DROPS = {"token_expiration_min"}  # meaningless without token authorization
 
 @dataclass(frozen=True)
 class WorkerMemory:
-    """Megabytes, measured: README "Measured" (steady state) and deploy/EC2.md section 4 (after load)."""
+    """Megabytes, measured: docs/BENCHMARKS.md (steady state) and deploy/EC2.md section 4 (after load)."""
 
     private_peak: int
     file_backed: int
