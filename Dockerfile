@@ -1,25 +1,37 @@
-# zh_en on TorchServe for a CPU host. Its build step is the README's
-# `make archives` and its CMD the README's torchserve command; hadolint lints it in `make test`.
+# zh_en on TorchServe for a CPU host. Its build step is the README's `make archives` (runtime
+# dependencies and torch's CPU build only) and its CMD the README's torchserve command; hadolint
+# lints it in `make test`, and `make image` builds it with podman (deploy/image/).
 #   docker build -t zh-en-torchserve .                       # real model from the hub
 #   docker build --build-arg MODEL=synthetic -t zh-en-torchserve:standin .
 #   docker run -d -p 8080:8080 --name zh_en zh-en-torchserve
-FROM python:3.11-slim
 
-# Debian's own openjdk-17 security updates are wanted, so the version is not pinned.
+# Stage 1 builds .venv and both archives; only those two and the code reach the image, so the model
+# they were built from (the hub's download, or the stand-in under build/), pip's cache and make stay behind.
+FROM python:3.11-slim AS build
 # hadolint ignore=DL3008
 RUN apt-get update \
- && apt-get install -y --no-install-recommends openjdk-17-jre-headless make \
+ && apt-get install -y --no-install-recommends make \
  && rm -rf /var/lib/apt/lists/*
-
 RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin serve
 WORKDIR /srv/zh_en
 COPY --chown=serve:serve . .
 USER 10001
-
 ARG MODEL=Helsinki-NLP/opus-mt-zh-en
 ARG STRICT=0
-# make archives creates .venv first (pinned torch 2.13.0 CPU build), then builds both .mar files.
 RUN make archives MODEL=${MODEL} STRICT=${STRICT}
+
+FROM python:3.11-slim
+# Debian's own openjdk-17 security updates are wanted, so the version is not pinned.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+ && rm -rf /var/lib/apt/lists/*
+RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin serve
+WORKDIR /srv/zh_en
+COPY --chown=serve:serve . .
+COPY --from=build --chown=serve:serve /srv/zh_en/.venv .venv
+COPY --from=build --chown=serve:serve /srv/zh_en/model_store model_store
+USER 10001
 
 # Only inference leaves the container; management (8081) and metrics (8082) stay on its loopback:
 # use `docker exec` for swaps and scraping.

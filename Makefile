@@ -7,7 +7,6 @@ MODEL ?= Helsinki-NLP/opus-mt-zh-en
 STRICT ?= 0
 STORE := model_store
 CONFIG := config/config.properties
-STAMP := $(VENV)/.installed
 
 STRICT_FLAG := $(if $(filter 1,$(STRICT)),--strict,)
 
@@ -22,18 +21,33 @@ help:
 	@echo "make swap TO=1.0-fp32   zero-downtime switch of the default version"
 	@echo "make fleet   REPLICAS=2 TorchServe replicas behind nginx on 127.0.0.1:8090 (MODEL=...|tiny); make fleet-stop"
 
-$(STAMP): pyproject.toml
+# torch's CPU build. On x86_64 the public index's plain `torch` is the CUDA build (several GB of
+# nvidia-* wheels); the `+cpu` local version exists only on PyTorch's CPU index (and in a local
+# wheel directory), so pip can never substitute the CUDA one. aarch64 wheels are CPU-only anyway.
+TORCH_SPEC ?= torch==2.13.0$(if $(filter x86_64,$(shell uname -m)),+cpu,)
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+RUNTIME := $(VENV)/.runtime
+DEV := $(VENV)/.dev
+
+# Runtime only: what `make serve`, the image and `make fleet` need.
+$(RUNTIME): pyproject.toml
+	@$(PYTHON) scripts/check_python.py
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
-	# torch first, alone: an exact CPU build; anything looser may pull a multi-GB CUDA build.
-	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/python scripts/install_torch.py --spec '$(TORCH_SPEC)' --index $(TORCH_INDEX)
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+# Everything `make test`, `make bench` and `make layout` need on top.
+$(DEV): $(RUNTIME)
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
-venv: $(STAMP)
+venv: $(DEV)
 
 # TorchServe's frontend needs Java 17; install it where missing (Debian/Ubuntu, as root).
 java:
 	@command -v java >/dev/null 2>&1 && java -version 2>&1 | grep -q 'version "17' || { \
+	  command -v apt-get >/dev/null || { echo "make: install Java 17 (Amazon Linux: dnf install java-17-amazon-corretto-headless)"; exit 1; }; \
 	  echo "installing openjdk-17-jre-headless"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
 
@@ -41,20 +55,21 @@ java:
 NGINX_JS := /usr/lib/nginx/modules/ngx_http_js_module.so
 nginx:
 	@{ command -v nginx || test -x /usr/sbin/nginx; } >/dev/null 2>&1 && test -e $(NGINX_JS) || { \
+	  command -v apt-get >/dev/null || { echo "make: install nginx with its njs module ($(NGINX_JS))"; exit 1; }; \
 	  echo "installing nginx and libnginx-mod-http-js"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx libnginx-mod-http-js >/dev/null; }
 
-archives: $(STAMP)
+archives: $(RUNTIME)
 	$(BIN)/python -m archive.build --model $(MODEL) $(STRICT_FLAG) --out $(STORE)
 
 serve: archives java
 	$(BIN)/torchserve --start --ncs --model-store $(STORE) --ts-config $(CONFIG) --models zh_en_int8.mar
 	$(BIN)/python -m serving.wait --key-file key_file.json
 
-stop: $(STAMP)
+stop: $(RUNTIME)
 	$(BIN)/torchserve --stop
 
-lint: $(STAMP)
+lint: $(DEV)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -63,20 +78,20 @@ lint: $(STAMP)
 test: lint java nginx
 	$(BIN)/python -m pytest -q
 
-bench: archives java
+bench: archives java $(DEV)
 	$(BIN)/python -m bench.run_all
 
-bench-quick: archives java
+bench-quick: archives java $(DEV)
 	$(BIN)/python -m bench.run_all --quick
 
 # One fresh TorchServe per point (its own archive from MODEL); about 13 minutes on 2 cores.
-layout: $(STAMP) java
+layout: $(DEV) java
 	$(BIN)/python -m bench.layout --model $(MODEL) $(STRICT_FLAG)
 
-soak: $(STAMP) java
+soak: $(DEV) java
 	$(BIN)/python -m pytest -m soak -v
 
-swap: $(STAMP)
+swap: $(RUNTIME)
 	@test -n "$(TO)" || { echo "usage: make swap TO=1.0-fp32 (a version) or TO=zh_en_fp32.mar (an archive)"; exit 2; }
 	$(BIN)/python -m serving.swap --to $(TO)
 
@@ -88,11 +103,11 @@ REPLICAS ?= 2
 FLEET_ARGS ?=
 FLEET_STORE := $(if $(filter tiny,$(MODEL)),build/fleet-store-tiny,$(STORE))
 FLEET_MODEL := $(if $(filter tiny,$(MODEL)),--model synthetic --standin-size tiny,--model $(MODEL) $(STRICT_FLAG))
-fleet: $(STAMP) java nginx
+fleet: $(RUNTIME) java nginx
 	$(BIN)/python -m archive.build $(FLEET_MODEL) --out $(FLEET_STORE)
 	$(BIN)/python -m serving.fleet start --replicas $(REPLICAS) --model-store $(FLEET_STORE) --dir $(FLEET_DIR) $(FLEET_ARGS)
 
-fleet-stop: $(STAMP)
+fleet-stop: $(RUNTIME)
 	$(BIN)/python -m serving.fleet stop --dir $(FLEET_DIR)
 
 clean:
