@@ -39,5 +39,10 @@ EXPOSE 8080
 # /ping needs the inference key from key_file.json (token authorization is on).
 HEALTHCHECK --interval=30s --timeout=5s --start-period=180s --retries=3 \
   CMD [".venv/bin/python", "-m", "serving.health", "--key-file", "key_file.json"]
+# PID 1 is serving.graceful: on SIGTERM it turns the health check unhealthy, lets requests in flight
+# finish (at most ZH_EN_DRAIN_SECONDS, 30), then stops TorchServe, which ignores SIGTERM as PID 1.
+# Give `docker stop` time for that: docker stop -t 45 (or docker run --stop-timeout 45).
+ENV ZH_EN_DRAIN_SECONDS=30
+ENTRYPOINT [".venv/bin/python", "-m", "serving.graceful", "--"]
 CMD [".venv/bin/torchserve", "--start", "--foreground", "--ncs", "--model-store", "model_store", \
      "--ts-config", "config/config.properties", "--models", "zh_en_int8.mar"]

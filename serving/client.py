@@ -88,6 +88,9 @@ class TorchServeClient:
             params["initial_workers"] = initial_workers
         return self._manage("POST", "/models", **params)
 
+    def models(self) -> list[str]:
+        return [entry["modelName"] for entry in self._manage("GET", "/models")["models"]]
+
     def describe(self, model: str = MODEL_NAME, version: str = "all") -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self._manage("GET", f"/models/{model}/{version}")
         return result

@@ -208,17 +208,13 @@ class TorchServe:
         binary = shutil.which("torchserve", path=str(Path(sys.executable).parent)) or "torchserve"
         return [binary, *args]
 
+    def start_args(self) -> list[str]:
+        args = ["--start", "--ncs", "--model-store", str(self.model_store)]
+        args += ["--ts-config", str(self.config_path)]
+        return [*args, "--models", *self.models] if self.models else args
+
     def start(self, timeout: float = 300.0) -> None:
-        args = [
-            "--start",
-            "--ncs",
-            "--model-store",
-            str(self.model_store),
-            "--ts-config",
-            str(self.config_path),
-        ]
-        if self.models:
-            args += ["--models", *self.models]
+        args = self.start_args()
         # A file, not a pipe: the JVM inherits the launcher's stdout and keeps it open for good.
         with self.launcher_log.open("w") as out:
             launcher = subprocess.run(
@@ -227,9 +223,9 @@ class TorchServe:
         if launcher.returncode != 0:  # e.g. "TorchServe is already running" (its pid file's process)
             said = self.launcher_log.read_text(errors="replace").strip()[-500:]
             raise RuntimeError(f"torchserve --start exited {launcher.returncode}: {said}")
-        self._wait_healthy(timeout)
+        self.wait_healthy(timeout)
 
-    def _wait_healthy(self, timeout: float) -> None:
+    def wait_healthy(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:

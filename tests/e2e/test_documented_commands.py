@@ -40,6 +40,8 @@ def test_readme_makefile_and_image_start_the_same_server() -> None:
     argv = json.loads(cmd)
     assert Path(argv[0]).name == "torchserve"
     assert " ".join(["torchserve", *[arg for arg in argv[1:] if arg != "--foreground"]]) == SERVE
+    (entrypoint,) = dockerfile_instructions("ENTRYPOINT")
+    assert json.loads(entrypoint) == [".venv/bin/python", "-m", "serving.graceful", "--"]
     assert "make archives" in readme
 
 
@@ -58,3 +60,14 @@ def test_image_build_step_is_make_archives_and_it_builds_both(tiny_model_dir: Pa
         with zipfile.ZipFile(store / f"zh_en_{variant}.mar") as mar:
             manifest = json.loads(mar.read("MAR-INF/MANIFEST.json"))
         assert manifest["model"]["modelVersion"] == f"1.0-{variant}"
+
+
+def test_the_systemd_unit_runs_the_same_server_under_the_graceful_supervisor() -> None:
+    unit = (REPO_ROOT / "deploy" / "zh-en-torchserve.service").read_text().replace("\\\n", " ")
+    (exec_start,) = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
+    supervisor, _, server = exec_start.removeprefix("ExecStart=").partition(" -- ")
+    assert supervisor.split() == ["/opt/zh_en/.venv/bin/python", "-m", "serving.graceful"]
+    argv = server.split()
+    assert Path(argv[0]).name == "torchserve" and "--foreground" in argv
+    assert " ".join(["torchserve", *[arg for arg in argv[1:] if arg != "--foreground"]]) == SERVE
+    assert "KillMode=mixed" in unit  # SIGTERM reaches the supervisor alone, not the workers mid-batch

@@ -1,4 +1,4 @@
-"""The install path: torch's CPU build only, runtime-only serving installs, unsupported Pythons turned away."""
+"""The install path: torch's CPU build only, runtime-only serving installs, old Pythons turned away."""
 
 from __future__ import annotations
 

@@ -271,7 +271,11 @@ def check_torchserve_container(
     """What any pod running our image must get right, in a Deployment or an InferenceService."""
     args = expanded_args(container)
     assert container["workingDir"] == dockerfile("WORKDIR")
-    assert container["command"] == [f"{dockerfile('WORKDIR')}/.venv/bin/torchserve"]
+    workdir = dockerfile("WORKDIR")
+    supervisor = [f"{workdir}/.venv/bin/python", "-m", "serving.graceful", "--"]
+    assert container["command"] == [*supervisor, f"{workdir}/.venv/bin/torchserve"]
+    env = {item["name"]: item["value"] for item in container.get("env", [])}
+    assert 0 < float(env["ZH_EN_DRAIN_SECONDS"]) <= 110  # the grace period (130 s) less time to stop
     assert {"--start", "--foreground", "--ncs"} <= set(args)
     assert flag(args, "--ts-config") == POD_CONFIG_ARG and (REPO / POD_CONFIG_ARG).is_file()
     assert flag(args, "--model-store") == read_properties(POD_CONFIG)["model_store"] == "model_store"

@@ -1,0 +1,132 @@
+"""SIGTERM to serving.graceful (the image's PID 1): unhealthy at once, requests in flight end, then a stop."""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import requests
+
+from archive.tatoeba import read_blocks
+from serving import health
+from serving.client import read_key
+from serving.server import TorchServe, process_alive
+
+pytestmark = pytest.mark.e2e
+
+# Four different test-set sentences a request: nothing comes from the sentence cache, and each
+# request takes long enough on the tiny stand-in that SIGTERM finds some mid-batch.
+SOURCES = [block.source for block in read_blocks()]
+
+
+@dataclass
+class Outcome:
+    started: float
+    ended: float
+    status: int | str
+
+
+@dataclass
+class Clients:
+    """Closed-loop clients that stop sending new requests when told, as a load balancer would."""
+
+    server: TorchServe
+    stop_sending: threading.Event = field(default_factory=threading.Event)
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    def run(self, count: int) -> list[threading.Thread]:
+        threads = [threading.Thread(target=self._client, daemon=True) for _ in range(count)]
+        for thread in threads:
+            thread.start()
+        return threads
+
+    def _client(self) -> None:
+        session = requests.Session()
+        key = read_key(self.server.key_file, "inference")
+        headers = {"Authorization": f"Bearer {key}"}
+        url = f"{self.server.client.endpoints.inference}/predictions/zh_en"
+        while not self.stop_sending.is_set():
+            text = "".join(random.sample(SOURCES, 4))
+            started = time.monotonic()
+            try:
+                status: int | str = session.post(
+                    url, json={"text": text, "num_beams": 4}, headers=headers, timeout=60
+                ).status_code
+            except requests.RequestException as error:
+                status = type(error).__name__
+            self.outcomes.append(Outcome(started, time.monotonic(), status))
+
+
+def start_supervised(server: TorchServe, drain_seconds: float) -> subprocess.Popen[bytes]:
+    command = [
+        sys.executable, "-m", "serving.graceful",
+        "--drain-seconds", str(drain_seconds),
+        "--management", server.client.endpoints.management,
+        "--", *server.command(*server.start_args(), "--foreground"),
+    ]  # fmt: skip
+    # A file, not a pipe: TorchServe inherits it and would block on a full pipe nobody reads.
+    with (server.workdir / "supervisor.log").open("w") as log:
+        supervisor = subprocess.Popen(command, cwd=server.workdir, env=server.env, stdout=log, stderr=log)
+    server.wait_healthy(300)
+    server.client.wait_ready(server.client.default_version(), workers=2)  # /ping may come first
+    return supervisor
+
+
+def test_sigterm_finishes_requests_in_flight_then_stops(tiny_store: Path, tmp_path: Path) -> None:
+    server = TorchServe(tiny_store, tmp_path / "ts")
+    supervisor = start_supervised(server, drain_seconds=30)
+    try:
+        java, workers = server.java_pid(), server.worker_pids()
+        clients = Clients(server)
+        threads = clients.run(6)
+        time.sleep(3)
+        terminated = time.monotonic()
+        supervisor.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        marker = server.tmpdir / "zh_en.draining"  # TMPDIR is the server's tmp dir
+        assert health.main(["--key-file", str(server.key_file), "--marker", str(marker)]) == 1
+        clients.stop_sending.set()  # the load balancer has seen the health check fail
+        for thread in threads:
+            thread.join(timeout=60)
+        assert supervisor.wait(timeout=60) is not None
+        stopped = time.monotonic()
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+            server.stop()
+    lines = (server.workdir / "supervisor.log").read_text().splitlines()
+    log = "\n".join(line for line in lines if "serving.graceful" in line)
+    in_flight = [o for o in clients.outcomes if o.started < terminated < o.ended]
+    failed = [o for o in clients.outcomes if o.status != 200]
+    assert in_flight, "no request was in flight at SIGTERM: the test proves nothing"
+    assert not failed, f"{len(failed)} of {len(clients.outcomes)} failed: {failed[:3]}\n{log}"
+    assert "drained after" in log, log
+    assert stopped - max(o.ended for o in clients.outcomes) < 20, log
+    assert not [pid for pid in [java, *workers] if pid is not None and process_alive(pid)]
+    print(
+        f"{len(clients.outcomes)} requests, {len(in_flight)} in flight at SIGTERM, 0 failed; "
+        f"stopped {stopped - terminated:.1f} s after SIGTERM; {log.strip().splitlines()[-1]}"
+    )
+
+
+def test_an_idle_server_stops_within_seconds(tiny_store: Path, tmp_path: Path) -> None:
+    server = TorchServe(tiny_store, tmp_path / "ts")
+    supervisor = start_supervised(server, drain_seconds=30)
+    java = server.java_pid()
+    terminated = time.monotonic()
+    supervisor.send_signal(signal.SIGTERM)
+    try:
+        supervisor.wait(timeout=60)
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+            server.stop()
+    assert time.monotonic() - terminated < 15
+    assert java is not None and not process_alive(java)
