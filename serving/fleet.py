@@ -1,6 +1,7 @@
 """Run and operate the replica set behind nginx (deploy/FLEET.md).
 
     python -m serving.fleet start --replicas 2 --model-store model_store   # make fleet
+    python -m serving.fleet run --replicas 1 ...    # start, then stay in the foreground (a service)
     python -m serving.fleet stop                                           # make fleet-stop
     python -m serving.fleet status
     python -m serving.fleet keys add NAME | keys revoke NAME | keys list   # no restart
@@ -15,6 +16,7 @@ config and logs, and each replica's working directory live.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -22,13 +24,14 @@ import requests
 
 from serving.client import ServerError
 from serving.fleet_keys import KeyStore, write_client_key
+from serving.fleet_supervisor import supervise
 from serving.nginx_conf import FrontDoorConfig, FrontDoorPaths
 from serving.replica_set import DEFAULT_ARCHIVE, DEFAULT_DIR, Fleet
 
 FIRST_KEY = "default"
 
 
-def start(args: argparse.Namespace) -> None:
+def start(args: argparse.Namespace) -> Fleet:
     if (args.dir / "fleet.json").exists() and Fleet.load(args.dir).running():
         raise SystemExit(f"a fleet already runs from {args.dir}: `make fleet-stop` first")
     door = FrontDoorConfig(listen=args.listen, rate_per_second=args.rate, burst=args.burst)
@@ -49,6 +52,7 @@ def start(args: argparse.Namespace) -> None:
         f"  curl -H \"Authorization: Bearer $KEY\" -H 'Content-Type: application/json' "
         f'{fleet.door.url}/predictions/zh_en -d \'{{"text": "你好"}}\''
     )
+    return fleet
 
 
 def status(fleet: Fleet) -> None:
@@ -103,12 +107,17 @@ def parser() -> argparse.ArgumentParser:
         return commands.add_parser(name, parents=[common], help=help)
 
     begin = command("start", help="start the replicas and the front door")
-    begin.add_argument("--replicas", type=int, default=2)
-    begin.add_argument("--model-store", type=Path, default=Path("model_store"))
-    begin.add_argument("--archive", default=DEFAULT_ARCHIVE)
-    begin.add_argument("--listen", default=FrontDoorConfig.listen)
-    begin.add_argument("--rate", type=int, default=FrontDoorConfig.rate_per_second, help="requests/s per key")
-    begin.add_argument("--burst", type=int, default=FrontDoorConfig.burst)
+    run = command("run", help="start, then keep them running in the foreground until SIGTERM")
+    for starting in (begin, run):
+        starting.add_argument("--replicas", type=int, default=2)
+        starting.add_argument("--model-store", type=Path, default=Path("model_store"))
+        starting.add_argument("--archive", default=DEFAULT_ARCHIVE)
+        starting.add_argument("--listen", default=FrontDoorConfig.listen)
+        rate_help = "requests/s per key"
+        starting.add_argument("--rate", type=int, default=FrontDoorConfig.rate_per_second, help=rate_help)
+        starting.add_argument("--burst", type=int, default=FrontDoorConfig.burst)
+    default_drain = float(os.environ.get("ZH_EN_DRAIN_SECONDS", 30))
+    run.add_argument("--drain-seconds", type=float, default=default_drain, help="ZH_EN_DRAIN_SECONDS")
     for name in ("stop", "status", "reload", "add-replica"):
         command(name)
     for name in ("remove-replica", "restart-replica"):
@@ -128,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "start":
         start(args)
         return 0
+    if args.command == "run":
+        return supervise(start(args), args.drain_seconds)
     if args.command == "keys":
         if args.action != "list" and not args.name:
             raise SystemExit(f"keys {args.action} needs a NAME")

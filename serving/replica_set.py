@@ -115,16 +115,21 @@ class Fleet:
             names = [self._new_replica() for _ in range(replicas)]
             with ThreadPoolExecutor(max_workers=replicas) as pool:
                 list(pool.map(self._start_replica, names))
-            self.door.configure(self._ports())
-            self.door.start()
-            self.door.wait_healthy()
+            self.start_door()
         except BaseException:
             self.stop()
             raise
 
-    def stop(self) -> None:
-        """The front door first (it answers 502 JSON rather than hang), then every replica."""
-        self.door.stop()
+    def start_door(self) -> None:
+        """Render the front door's config for the current replicas, start nginx, wait for /healthz."""
+        self.door.configure(self._ports())
+        self.door.start()
+        self.door.wait_healthy()
+
+    def stop(self, drain_seconds: float = 30.0) -> None:
+        """The front door first, gracefully (requests in flight finish, at most `drain_seconds`), then
+        every replica."""
+        self.door.stop(drain_seconds)
         with ThreadPoolExecutor(max_workers=max(1, len(self.names()))) as pool:
             list(pool.map(lambda name: self.server(name).stop(), self.names()))
 

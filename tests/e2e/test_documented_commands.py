@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from archive.tatoeba import REPO_ROOT
+from serving import fleet as fleet_cli
 
 pytestmark = pytest.mark.e2e
 
@@ -71,3 +72,14 @@ def test_the_systemd_unit_runs_the_same_server_under_the_graceful_supervisor() -
     assert Path(argv[0]).name == "torchserve" and "--foreground" in argv
     assert " ".join(["torchserve", *[arg for arg in argv[1:] if arg != "--foreground"]]) == SERVE
     assert "KillMode=mixed" in unit  # SIGTERM reaches the supervisor alone, not the workers mid-batch
+
+
+def test_the_production_unit_runs_the_front_door_service_with_persistent_keys() -> None:
+    unit = (REPO_ROOT / "deploy" / "zh-en-fleet.service").read_text().replace("\\\n", " ")
+    (exec_start,) = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
+    argv = exec_start.removeprefix("ExecStart=").split()
+    assert argv[:3] == ["/opt/zh_en/.venv/bin/python", "-m", "serving.fleet"]
+    args = fleet_cli.parser().parse_args(argv[3:])
+    assert args.command == "run" and args.listen == "0.0.0.0:8080"
+    assert str(args.dir).startswith("/var/lib/zh_en/") and "StateDirectory=zh_en" in unit  # keys.map lives on
+    assert "KillMode=mixed" in unit

@@ -1,0 +1,47 @@
+"""Keep a started fleet running in the foreground; stop it gracefully on SIGTERM (`serving.fleet run`).
+
+This is what a service manager runs (deploy/zh-en-fleet.service): it starts nothing itself, it
+restarts a replica whose TorchServe died and a front door whose nginx died, and on SIGTERM or SIGINT
+it stops the front door with nginx's graceful quit (no new connections; requests in flight finish,
+at most `drain_seconds`) and then the replicas.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+
+from serving.replica_set import Fleet
+from serving.server import process_alive
+
+
+def supervise(fleet: Fleet, drain_seconds: float, poll: float = 2.0) -> int:
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    while not stop.wait(poll):
+        _revive(fleet)
+    say(f"stop requested: front door quits gracefully (at most {drain_seconds:g} s), then the replicas")
+    began = time.monotonic()
+    fleet.stop(drain_seconds)
+    say(f"stopped in {time.monotonic() - began:.1f} s")
+    return 0
+
+
+def _revive(fleet: Fleet) -> None:
+    """The front door first: restarting a replica reloads it."""
+    if fleet.door.master_pid() is None:
+        say("the front door is down: starting it")
+        fleet.start_door()
+    for name in fleet.names():
+        java = fleet.server(name).java_pid()
+        if java is None or not process_alive(java):
+            say(f"replica {name} is down: restarting it")
+            fleet.restart_replica(name)
+            say(f"replica {name} is back")
+
+
+def say(message: str) -> None:
+    print(f"serving.fleet: {message}", file=sys.stderr, flush=True)

@@ -1,0 +1,169 @@
+"""The single-host production path: `serving.fleet run` (deploy/zh-en-fleet.service) in the foreground.
+
+A SIGTERM with requests in flight fails none of them; a restart keeps the client keys; a killed
+replica comes back by itself.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import requests
+
+from archive.tatoeba import read_blocks
+from serving.replica_set import Fleet
+from serving.server import free_port, process_alive
+
+pytestmark = pytest.mark.e2e
+
+SOURCES = [block.source for block in read_blocks()]
+
+
+@dataclass
+class Service:
+    """`python -m serving.fleet run` as a service manager would start it."""
+
+    store: Path
+    run_dir: Path
+    listen: str
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.listen}"
+
+    def start(self) -> None:
+        command = [
+            sys.executable, "-m", "serving.fleet", "run", "--replicas", "1",
+            "--dir", str(self.run_dir), "--model-store", str(self.store),
+            "--listen", self.listen, "--rate", "1000", "--burst", "1000",
+        ]  # fmt: skip
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with (self.run_dir / "service.log").open("a") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=log)
+        self.wait_healthy(300)
+
+    def wait_healthy(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.process is not None and self.process.poll() is None, self.log()
+            try:
+                if requests.get(f"{self.url}/healthz", timeout=5).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(self.log())
+
+    def terminate(self, timeout: float = 90) -> int:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout)
+
+    def log(self) -> str:
+        return (self.run_dir / "service.log").read_text(errors="replace")[-3000:]
+
+    def kill_everything(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+        if (self.run_dir / "fleet.json").exists():
+            Fleet.load(self.run_dir).stop(drain_seconds=5)
+
+
+@dataclass
+class Clients:
+    url: str
+    key: str
+    stop_sending: threading.Event = field(default_factory=threading.Event)
+    outcomes: list[tuple[float, float, int | str]] = field(default_factory=list)
+
+    def run(self, count: int) -> list[threading.Thread]:
+        threads = [threading.Thread(target=self._client, daemon=True) for _ in range(count)]
+        for thread in threads:
+            thread.start()
+        return threads
+
+    def _client(self) -> None:
+        session = requests.Session()
+        headers = {"Authorization": f"Bearer {self.key}"}
+        while not self.stop_sending.is_set():
+            body = {"text": "".join(random.sample(SOURCES, 4)), "num_beams": 4}
+            started = time.monotonic()
+            try:
+                status: int | str = session.post(
+                    f"{self.url}/predictions/zh_en", json=body, headers=headers, timeout=60
+                ).status_code
+            except requests.RequestException as error:
+                status = type(error).__name__
+            self.outcomes.append((started, time.monotonic(), status))
+
+
+def translate(service: Service, key: str) -> requests.Response:
+    return requests.post(
+        f"{service.url}/predictions/zh_en",
+        json={"text": "你好。"},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=60,
+    )
+
+
+def test_the_service_drains_on_sigterm_keeps_its_keys_and_revives_a_replica(
+    tiny_store: Path, tmp_path: Path
+) -> None:
+    service = Service(tiny_store, tmp_path / "fleet", f"127.0.0.1:{free_port()}")
+    try:
+        service.start()
+        key = json.loads((service.run_dir / "client_key.json").read_text())["inference"]["key"]
+        assert translate(service, key).status_code == 200
+
+        clients = Clients(service.url, key)
+        threads = clients.run(4)
+        time.sleep(3)
+        replica = Fleet.load(service.run_dir).server("r1")
+        pids = [replica.java_pid(), *replica.worker_pids()]
+        # The load balancer stops sending first (a host taken out of its pool); nginx refuses new
+        # connections once it quits, and that is not a request lost.
+        clients.stop_sending.set()
+        terminated = time.monotonic()
+        service.process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+        for thread in threads:
+            thread.join(60)
+        assert service.process.wait(90) == 0, service.log()  # type: ignore[union-attr]
+        in_flight = [o for o in clients.outcomes if o[0] < terminated < o[1]]
+        failed = [o for o in clients.outcomes if o[2] != 200]
+        assert in_flight, "no request was in flight at SIGTERM: the test proves nothing"
+        assert not failed, (failed[:3], service.log())
+        assert not [pid for pid in pids if pid and process_alive(pid)]
+
+        # Started again from the same directory: the same key works; nothing new was minted.
+        (service.run_dir / "client_key.json").unlink()
+        service.start()
+        assert not (service.run_dir / "client_key.json").exists()
+        assert translate(service, key).status_code == 200
+
+        # A replica that dies is started again by the service, and the front door serves again.
+        killed = Fleet.load(service.run_dir).kill_replica("r1")
+        assert killed
+        time.sleep(3)
+        service.wait_healthy(300)
+        assert translate(service, key).status_code == 200
+        deadline = time.monotonic() + 60
+        while "replica r1 is back" not in service.log() and time.monotonic() < deadline:
+            time.sleep(0.5)  # it logs that after its reload, which can come after /healthz is 200
+        assert "replica r1 is back" in service.log()
+        assert service.terminate() == 0, service.log()
+        print(
+            f"{len(clients.outcomes)} requests, {len(in_flight)} in flight at SIGTERM, 0 failed; "
+            f"{service.log().strip().splitlines()[-1]}"
+        )
+    finally:
+        service.kill_everything()
