@@ -36,8 +36,8 @@ USER 10001
 # Only inference leaves the container; management (8081) and metrics (8082) stay on its loopback:
 # use `docker exec` for swaps and scraping.
 EXPOSE 8080
-# /ping needs the inference key from key_file.json (token authorization is on).
-HEALTHCHECK --interval=30s --timeout=5s --start-period=180s --retries=3 \
+# /ping, then a one-token translation, with the inference key from key_file.json (token auth is on).
+HEALTHCHECK --interval=30s --timeout=25s --start-period=180s --retries=3 \
   CMD [".venv/bin/python", "-m", "serving.health", "--key-file", "key_file.json"]
 # PID 1 is serving.graceful: on SIGTERM it turns the health check unhealthy, lets requests in flight
 # finish (at most ZH_EN_DRAIN_SECONDS, 30), then stops TorchServe, which ignores SIGTERM as PID 1.

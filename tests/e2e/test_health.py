@@ -1,0 +1,36 @@
+"""serving.health (the HEALTHCHECK) tells whether zh_en translates, not only whether TorchServe runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from serving import health
+from serving.server import TorchServe
+
+pytestmark = pytest.mark.e2e
+
+
+def test_health_fails_when_no_worker_can_translate_though_ping_is_healthy(
+    tiny_store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with TorchServe(tiny_store, tmp_path / "ts") as server:
+        version = server.client.default_version()
+        server.client.wait_ready(version, workers=2)
+        check = ["--key-file", str(server.key_file), "--url", server.client.endpoints.inference]
+        check += ["--marker", str(tmp_path / "no-drain"), "--timeout", "5"]
+        assert health.main(check) == 0, capsys.readouterr().out
+
+        server.client.scale(version, 0)
+        ping = server.client.ping()
+        capsys.readouterr()
+        assert health.main(check) == 1
+        said = capsys.readouterr().out
+        print(f"/ping with no worker: {ping.status_code} {ping.text.strip()}; serving.health: {said.strip()}")
+        assert said.startswith("unhealthy")
+
+        (tmp_path / "no-drain").write_text("draining\n")
+        server.client.scale(version, 2)
+        server.client.wait_ready(version, workers=2)
+        assert health.main(check) == 1  # the drain marker wins
