@@ -10,7 +10,7 @@ CONFIG := config/config.properties
 
 STRICT_FLAG := $(if $(filter 1,$(STRICT)),--strict,)
 
-.PHONY: help venv java nginx archives serve stop test lint bench bench-quick layout soak swap fleet fleet-stop clean
+.PHONY: help venv java nginx archives serve stop test lint bench bench-quick layout soak swap fleet fleet-stop image image-test clean
 
 help:
 	@echo "make serve   build the archives (MODEL=hub id|dir|synthetic, STRICT=1) and start TorchServe"
@@ -20,6 +20,7 @@ help:
 	@echo "make layout  measure workers x threads x batch x row budget, print the winning model config"
 	@echo "make swap TO=1.0-fp32   zero-downtime switch of the default version"
 	@echo "make fleet   REPLICAS=2 TorchServe replicas behind nginx on 127.0.0.1:8090 (MODEL=...|tiny); make fleet-stop"
+	@echo "make image   build the image with podman (MODEL=synthetic here); make image-test builds, runs and stops it"
 
 # torch's CPU build. On x86_64 the public index's plain `torch` is the CUDA build (several GB of
 # nvidia-* wheels); the `+cpu` local version exists only on PyTorch's CPU index (and in a local
@@ -109,6 +110,14 @@ fleet: $(RUNTIME) java nginx
 
 fleet-stop: $(RUNTIME)
 	$(BIN)/python -m serving.fleet stop --dir $(FLEET_DIR)
+
+# The container image, with podman where no Docker engine runs (deploy/image/: installs podman and
+# bootstraps the python:3.11-slim base where missing; as root). About 5 minutes; not part of `make test`.
+image:
+	MODEL=$(MODEL) STRICT=$(STRICT) deploy/image/build.sh
+
+image-test: $(DEV)
+	ZH_EN_IMAGE_TEST=1 $(BIN)/python -m pytest -q -s -m image tests/image
 
 clean:
 	rm -rf build $(STORE)/*.mar $(STORE)/.*.inputs logs

@@ -1,0 +1,126 @@
+"""The container image, built by podman and run: `make image-test` (about 6 minutes; not in `make test`).
+
+Builds the Dockerfile from a clean clone of HEAD with deploy/image/build.sh (MODEL=synthetic: the
+offline stand-in), runs it on 127.0.0.1, sends it the README's request, checks what the image holds
+and stops it with a request in flight. Prints the figures docs/DEPLOYMENT.md reports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+import requests
+
+from archive.tatoeba import REPO_ROOT
+from serving.server import free_port
+
+pytestmark = [
+    pytest.mark.image,
+    pytest.mark.skipif(os.environ.get("ZH_EN_IMAGE_TEST") != "1", reason="make image-test runs it"),
+]
+
+IMAGE = "zh-en-torchserve:standin"
+NAME = "zh_en_image_test"
+DEV_ONLY = ("pytest", "locust", "ctranslate2", "matplotlib", "schemathesis", "hypothesis", "ruff", "mypy")
+
+
+def podman(*args: str, check: bool = True) -> str:
+    done = subprocess.run(["podman", *args], capture_output=True, text=True, check=False)
+    if check and done.returncode != 0:
+        raise AssertionError(f"podman {' '.join(args)}: {done.stderr.strip()}")
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def built() -> float:
+    began = time.monotonic()
+    subprocess.run(
+        [str(REPO_ROOT / "deploy" / "image" / "build.sh")],
+        check=True,
+        env={**os.environ, "MODEL": "synthetic"},
+    )
+    return time.monotonic() - began
+
+
+@dataclass(frozen=True)
+class Running:
+    url: str
+    key: str
+    seconds: dict[str, float]  # build, then /ping Healthy and the first translation after `podman run`
+
+
+@pytest.fixture(scope="module")
+def container(built: float) -> Iterator[Running]:
+    podman("rm", "--force", NAME, check=False)
+    port = free_port()
+    began = time.monotonic()
+    podman("run", "--detach", "--name", NAME, "--publish", f"127.0.0.1:{port}:8080", IMAGE)
+    url, figures = f"http://127.0.0.1:{port}", {"build_s": built}
+    try:
+        deadline = time.monotonic() + 300
+        while "inference" not in podman("exec", NAME, "cat", "key_file.json", check=False):
+            assert time.monotonic() < deadline, podman("logs", NAME)
+            time.sleep(0.5)
+        key = json.loads(podman("exec", NAME, "cat", "key_file.json"))["inference"]["key"]
+        headers = {"Authorization": f"Bearer {key}"}
+        while True:
+            assert time.monotonic() < deadline, podman("logs", NAME)
+            try:
+                if requests.get(f"{url}/ping", headers=headers, timeout=5).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            time.sleep(0.5)
+        figures["ping_s"] = time.monotonic() - began
+        response = requests.post(
+            f"{url}/predictions/zh_en", json={"text": "汤姆不会同意的"}, headers=headers, timeout=120
+        )
+        figures["first_translation_s"] = time.monotonic() - began
+        assert response.status_code == 200, response.text
+        assert response.json()["standin"] is True and response.json()["variant"] == "int8"
+        yield Running(url, key, figures)
+    finally:
+        podman("rm", "--force", NAME, check=False)
+
+
+def test_the_image_answers_the_readme_request_and_holds_runtime_only(container: Running) -> None:
+    figures = container.seconds
+    packages = podman("exec", NAME, ".venv/bin/pip", "list", "--format", "freeze").lower()
+    assert "torch==2.13.0+cpu" in packages
+    assert not [name for name in DEV_ONLY if f"\n{name}==" in f"\n{packages}"]
+    assert "nvidia" not in packages and "triton" not in packages
+    assert podman("exec", NAME, ".venv/bin/python", "-m", "serving.health").startswith("healthy")
+    size = int(podman("image", "inspect", "--format", "{{.Size}}", IMAGE).strip())
+    print(
+        f"image {size / 1e9:.2f} GB; build {figures['build_s']:.0f} s; /ping {figures['ping_s']:.1f} s and "
+        f"first translation {figures['first_translation_s']:.1f} s after podman run"
+    )
+
+
+def test_stop_drains_a_request_in_flight(container: Running) -> None:
+    url, headers = container.url, {"Authorization": f"Bearer {container.key}"}
+    answers: list[int] = []
+    document = {"text": "我们明天早上去公园散步。" * 40, "num_beams": 4}
+    sender = threading.Thread(
+        target=lambda: answers.append(
+            requests.post(f"{url}/predictions/zh_en", json=document, headers=headers, timeout=120).status_code
+        )
+    )
+    sender.start()
+    time.sleep(0.5)
+    began = time.monotonic()
+    podman("stop", "--time", "45", NAME)
+    stopped = time.monotonic() - began
+    sender.join(120)
+    assert answers == [200]
+    state = podman("inspect", "--format", "{{.State.ExitCode}}", NAME).strip()
+    logs = podman("logs", NAME)
+    assert state == "0" and "drained after" in logs, logs[-2000:]
+    print(f"podman stop: {stopped:.1f} s with a 40-sentence request in flight, exit 0, answered 200")
