@@ -38,6 +38,12 @@ def podman(*args: str, check: bool = True) -> str:
     return done.stdout
 
 
+def container_log() -> str:
+    """`podman logs` writes the container's stderr (where serving.graceful reports) to its own stderr."""
+    done = subprocess.run(["podman", "logs", NAME], capture_output=True, text=True, check=True)
+    return done.stdout + done.stderr
+
+
 @pytest.fixture(scope="module")
 def built() -> float:
     began = time.monotonic()
@@ -66,12 +72,12 @@ def container(built: float) -> Iterator[Running]:
     try:
         deadline = time.monotonic() + 300
         while "inference" not in podman("exec", NAME, "cat", "key_file.json", check=False):
-            assert time.monotonic() < deadline, podman("logs", NAME)
+            assert time.monotonic() < deadline, container_log()
             time.sleep(0.5)
         key = json.loads(podman("exec", NAME, "cat", "key_file.json"))["inference"]["key"]
         headers = {"Authorization": f"Bearer {key}"}
         while True:
-            assert time.monotonic() < deadline, podman("logs", NAME)
+            assert time.monotonic() < deadline, container_log()
             try:
                 if requests.get(f"{url}/ping", headers=headers, timeout=5).status_code == 200:
                     break
@@ -121,6 +127,6 @@ def test_stop_drains_a_request_in_flight(container: Running) -> None:
     sender.join(120)
     assert answers == [200]
     state = podman("inspect", "--format", "{{.State.ExitCode}}", NAME).strip()
-    logs = podman("logs", NAME)
+    logs = container_log()
     assert state == "0" and "drained after" in logs, logs[-2000:]
     print(f"podman stop: {stopped:.1f} s with a 40-sentence request in flight, exit 0, answered 200")
