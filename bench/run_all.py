@@ -8,6 +8,7 @@ runs cold but bench.cache_load, which measures the cache.
 
     python -m bench.run_all            # the full-size model (minutes)
     python -m bench.run_all --quick    # smoke run: a few sentences, short loads
+    python -m bench.run_all --loads int8:4:100 int8-generate:4:100   # only these Locust runs
 
 Every step prints progress to stderr; results land in bench/results/ (or --results-dir).
 """
@@ -81,11 +82,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--model", default="Helsinki-NLP/opus-mt-zh-en", help="as for archive.build")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument(
+        "--loads", nargs="+", type=parse_load, metavar="SERVER:BEAMS:USERS", help="only these Locust runs"
+    )
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
     results = args.results_dir
     model_dir = Path(args.model) if Path(args.model).is_dir() else load_model_dir(args.model)
     started = time.monotonic()
+    if args.loads:
+        run_loads(args.loads, plan.duration, model_dir, results)
+        return 0
 
     _step(1, "quality (sacrebleu)")
     bleu.main(["--published", "--results-dir", str(results)])
@@ -98,22 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     _step(3, "row budget curve (in process)")
     row_budget.main(["--model", str(model_dir), *plan.row_budget_args, "--results-dir", str(results)])
     _step(4, "load (Locust)")
-    for name in SERVERS:
-        runs = [(beams, users) for server_name, beams, users in plan.loads if server_name == name]
-        with tempfile.TemporaryDirectory(prefix="zh_en_bench_") as workdir:
-            serve_store, archive = _server_archive(name, model_dir, Path(workdir))
-            with TorchServe(serve_store, Path(workdir) / "server", models=[archive]) as server:
-                for beams, users in runs:
-                    spec = LoadSpec(
-                        server.client.endpoints.inference,
-                        users=users,
-                        spawn_rate=users,
-                        duration=plan.duration,
-                        num_beams=beams,
-                        key_file=server.key_file,
-                        label=f"load-{name}-{'greedy' if beams == 1 else f'beam{beams}'}-u{users}",
-                    )
-                    run_load(spec, results, model_dir)
+    run_loads(plan.loads, plan.duration, model_dir, results)
     _step(5, "sentence cache under load (Locust: unique sentences, then Zipf repeats)")
     cache_load.main(["--model", str(model_dir), *plan.cache_load_args, "--results-dir", str(results)])
     _step(6, "schedulers: static batches against the step scheduler (Locust, streaming)")
@@ -122,6 +114,36 @@ def main(argv: list[str] | None = None) -> int:
     report.main(["--results-dir", str(results)])
     print(f"bench finished in {time.monotonic() - started:.0f}s", file=sys.stderr)
     return 0
+
+
+def run_loads(loads: list[tuple[str, int, int]], duration: str, model_dir: Path, results: Path) -> None:
+    """One cold server per configuration (SERVERS), each Locust run of `loads` against it."""
+    for name in SERVERS:
+        runs = [(beams, users) for server_name, beams, users in loads if server_name == name]
+        if not runs:
+            continue
+        with tempfile.TemporaryDirectory(prefix="zh_en_bench_") as workdir:
+            serve_store, archive = _server_archive(name, model_dir, Path(workdir))
+            with TorchServe(serve_store, Path(workdir) / "server", models=[archive]) as server:
+                for beams, users in runs:
+                    spec = LoadSpec(
+                        server.client.endpoints.inference,
+                        users=users,
+                        spawn_rate=users,
+                        duration=duration,
+                        num_beams=beams,
+                        key_file=server.key_file,
+                        label=f"load-{name}-{'greedy' if beams == 1 else f'beam{beams}'}-u{users}",
+                    )
+                    run_load(spec, results, model_dir)
+
+
+def parse_load(text: str) -> tuple[str, int, int]:
+    """SERVER:BEAMS:USERS, e.g. int8:4:100."""
+    name, beams, users = text.split(":")
+    if name not in SERVERS:
+        raise argparse.ArgumentTypeError(f"{name!r} is not one of {', '.join(SERVERS)}")
+    return name, int(beams), int(users)
 
 
 def _server_archive(name: str, model_dir: Path, workdir: Path) -> tuple[Path, str]:
