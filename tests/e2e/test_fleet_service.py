@@ -7,25 +7,21 @@ replica comes back by itself.
 from __future__ import annotations
 
 import json
-import random
 import signal
 import subprocess
 import sys
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import requests
 
-from archive.tatoeba import read_blocks
 from serving.replica_set import Fleet
 from serving.server import free_port, process_alive
+from tests.e2e.stopping_clients import Clients
 
 pytestmark = pytest.mark.e2e
-
-SOURCES = [block.source for block in read_blocks()]
 
 
 @dataclass
@@ -79,34 +75,6 @@ class Service:
             Fleet.load(self.run_dir).stop(drain_seconds=5)
 
 
-@dataclass
-class Clients:
-    url: str
-    key: str
-    stop_sending: threading.Event = field(default_factory=threading.Event)
-    outcomes: list[tuple[float, float, int | str]] = field(default_factory=list)
-
-    def run(self, count: int) -> list[threading.Thread]:
-        threads = [threading.Thread(target=self._client, daemon=True) for _ in range(count)]
-        for thread in threads:
-            thread.start()
-        return threads
-
-    def _client(self) -> None:
-        session = requests.Session()
-        headers = {"Authorization": f"Bearer {self.key}"}
-        while not self.stop_sending.is_set():
-            body = {"text": "".join(random.sample(SOURCES, 4)), "num_beams": 4}
-            started = time.monotonic()
-            try:
-                status: int | str = session.post(
-                    f"{self.url}/predictions/zh_en", json=body, headers=headers, timeout=60
-                ).status_code
-            except requests.RequestException as error:
-                status = type(error).__name__
-            self.outcomes.append((started, time.monotonic(), status))
-
-
 def translate(service: Service, key: str) -> requests.Response:
     return requests.post(
         f"{service.url}/predictions/zh_en",
@@ -125,7 +93,7 @@ def test_the_service_drains_on_sigterm_keeps_its_keys_and_revives_a_replica(
         key = json.loads((service.run_dir / "client_key.json").read_text())["inference"]["key"]
         assert translate(service, key).status_code == 200
 
-        clients = Clients(service.url, key)
+        clients = Clients(f"{service.url}/predictions/zh_en", key)
         threads = clients.run(4)
         time.sleep(3)
         replica = Fleet.load(service.run_dir).server("r1")
@@ -138,8 +106,7 @@ def test_the_service_drains_on_sigterm_keeps_its_keys_and_revives_a_replica(
         for thread in threads:
             thread.join(60)
         assert service.process.wait(90) == 0, service.log()  # type: ignore[union-attr]
-        in_flight = [o for o in clients.outcomes if o[0] < terminated < o[1]]
-        failed = [o for o in clients.outcomes if o[2] != 200]
+        in_flight, failed = clients.in_flight_at(terminated), clients.failed()
         assert in_flight, "no request was in flight at SIGTERM: the test proves nothing"
         assert not failed, (failed[:3], service.log())
         assert not [pid for pid in pids if pid and process_alive(pid)]

@@ -2,66 +2,20 @@
 
 from __future__ import annotations
 
-import random
 import signal
 import subprocess
 import sys
-import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import requests
 
-from archive.tatoeba import read_blocks
 from serving import health
 from serving.client import read_key
 from serving.server import TorchServe, process_alive
+from tests.e2e.stopping_clients import Clients
 
 pytestmark = pytest.mark.e2e
-
-# Four different test-set sentences a request: nothing comes from the sentence cache, and each
-# request takes long enough on the tiny stand-in that SIGTERM finds some mid-batch.
-SOURCES = [block.source for block in read_blocks()]
-
-
-@dataclass
-class Outcome:
-    started: float
-    ended: float
-    status: int | str
-
-
-@dataclass
-class Clients:
-    """Closed-loop clients that stop sending new requests when told, as a load balancer would."""
-
-    server: TorchServe
-    stop_sending: threading.Event = field(default_factory=threading.Event)
-    outcomes: list[Outcome] = field(default_factory=list)
-
-    def run(self, count: int) -> list[threading.Thread]:
-        threads = [threading.Thread(target=self._client, daemon=True) for _ in range(count)]
-        for thread in threads:
-            thread.start()
-        return threads
-
-    def _client(self) -> None:
-        session = requests.Session()
-        key = read_key(self.server.key_file, "inference")
-        headers = {"Authorization": f"Bearer {key}"}
-        url = f"{self.server.client.endpoints.inference}/predictions/zh_en"
-        while not self.stop_sending.is_set():
-            text = "".join(random.sample(SOURCES, 4))
-            started = time.monotonic()
-            try:
-                status: int | str = session.post(
-                    url, json={"text": text, "num_beams": 4}, headers=headers, timeout=60
-                ).status_code
-            except requests.RequestException as error:
-                status = type(error).__name__
-            self.outcomes.append(Outcome(started, time.monotonic(), status))
 
 
 def start_supervised(server: TorchServe, drain_seconds: float) -> subprocess.Popen[bytes]:
@@ -84,7 +38,8 @@ def test_sigterm_finishes_requests_in_flight_then_stops(tiny_store: Path, tmp_pa
     supervisor = start_supervised(server, drain_seconds=30)
     try:
         java, workers = server.java_pid(), server.worker_pids()
-        clients = Clients(server)
+        key = read_key(server.key_file, "inference")
+        clients = Clients(f"{server.client.endpoints.inference}/predictions/zh_en", key)
         threads = clients.run(6)
         time.sleep(3)
         terminated = time.monotonic()
@@ -103,8 +58,7 @@ def test_sigterm_finishes_requests_in_flight_then_stops(tiny_store: Path, tmp_pa
             server.stop()
     lines = (server.workdir / "supervisor.log").read_text().splitlines()
     log = "\n".join(line for line in lines if "serving.graceful" in line)
-    in_flight = [o for o in clients.outcomes if o.started < terminated < o.ended]
-    failed = [o for o in clients.outcomes if o.status != 200]
+    in_flight, failed = clients.in_flight_at(terminated), clients.failed()
     assert in_flight, "no request was in flight at SIGTERM: the test proves nothing"
     assert not failed, f"{len(failed)} of {len(clients.outcomes)} failed: {failed[:3]}\n{log}"
     assert "drained after" in log, log
