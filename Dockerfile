@@ -18,7 +18,8 @@ COPY --chown=serve:serve . .
 USER 10001
 ARG MODEL=Helsinki-NLP/opus-mt-zh-en
 ARG STRICT=0
-RUN make archives MODEL=${MODEL} STRICT=${STRICT}
+# UNPACK=1: both archives as directories sharing one copy of the weights, served in place.
+RUN make archives MODEL=${MODEL} STRICT=${STRICT} UNPACK=1
 
 FROM python:3.11-slim
 # Debian's own openjdk-17 security updates are wanted, so the version is not pinned.

@@ -60,8 +60,12 @@ nginx:
 	  echo "installing nginx and libnginx-mod-http-js"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx libnginx-mod-http-js >/dev/null; }
 
+# UNPACK=1 (the image): each archive becomes a directory of the same name, their shared weights one
+# file (archive/unpack.py); TorchServe serves it in place, `--models zh_en_int8.mar` unchanged.
+UNPACK ?= 0
 archives: $(RUNTIME)
 	$(BIN)/python -m archive.build --model $(MODEL) $(STRICT_FLAG) --out $(STORE)
+	$(if $(filter 1,$(UNPACK)),$(BIN)/python -m archive.unpack $(STORE))
 
 serve: archives java
 	$(BIN)/torchserve --start --ncs --model-store $(STORE) --ts-config $(CONFIG) --models zh_en_int8.mar

@@ -79,9 +79,17 @@ def build_archive(spec: ArchiveSpec, model_hash: str) -> bool:
         export.mkdir()
         _run_archiver(spec, package_root, export)
         spec.out_dir.mkdir(parents=True, exist_ok=True)
+        if spec.mar_path.is_dir():  # unpacked by archive.unpack: replaced whole, never moved into
+            shutil.rmtree(spec.mar_path)
         shutil.move(export / f"{MODEL_NAME}.mar", spec.mar_path)
     spec.stamp_path.write_text(inputs)
     return True
+
+
+def _size(path: Path) -> int:
+    """An archive's bytes: the .mar file, or the files of an unpacked one (archive.unpack)."""
+    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+    return sum(file.stat().st_size for file in files)
 
 
 def _run_archiver(spec: ArchiveSpec, package_root: Path, export: Path) -> None:
@@ -175,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         began = time.perf_counter()
         print(f"[{step}/{steps}] {spec.mar_path.name} (version {spec.version}) ...", flush=True)
         built = build_archive(spec, digest)
-        size_mb = spec.mar_path.stat().st_size / 1e6
+        size_mb = _size(spec.mar_path) / 1e6
         state = "built" if built else "unchanged, kept"
         print(f"      {state}: {size_mb:.0f} MB in {time.perf_counter() - began:.1f}s", flush=True)
     print(f"done in {time.perf_counter() - started:.1f}s: {args.out}", flush=True)

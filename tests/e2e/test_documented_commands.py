@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import zipfile
 from pathlib import Path
 
 import pytest
 
 from archive.tatoeba import REPO_ROOT
 from serving import fleet as fleet_cli
+from serving.server import TorchServe
 
 pytestmark = pytest.mark.e2e
 
@@ -47,20 +47,29 @@ def test_readme_makefile_and_image_start_the_same_server() -> None:
 
 
 def test_image_build_step_is_make_archives_and_it_builds_both(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """The image's step, run: both archives unpacked, their weights one file, served in place."""
     runs = dockerfile_instructions("RUN")
     (build,) = [run for run in runs if run.startswith("make ")]
-    assert re.fullmatch(r"make archives MODEL=\$\{MODEL\} STRICT=\$\{STRICT\}", build)
+    assert re.fullmatch(r"make archives MODEL=\$\{MODEL\} STRICT=\$\{STRICT\} UNPACK=1", build)
     store = tmp_path / "store"
     subprocess.run(
-        ["make", "archives", f"MODEL={tiny_model_dir}", "STRICT=1", f"STORE={store}"],
+        ["make", "archives", f"MODEL={tiny_model_dir}", "STRICT=1", f"STORE={store}", "UNPACK=1"],
         cwd=REPO_ROOT,
         check=True,
         capture_output=True,
     )
     for variant in ("fp32", "int8"):
-        with zipfile.ZipFile(store / f"zh_en_{variant}.mar") as mar:
-            manifest = json.loads(mar.read("MAR-INF/MANIFEST.json"))
+        manifest = json.loads((store / f"zh_en_{variant}.mar" / "MAR-INF" / "MANIFEST.json").read_text())
         assert manifest["model"]["modelVersion"] == f"1.0-{variant}"
+    fp32, int8 = (store / f"zh_en_{variant}.mar" / "model.safetensors" for variant in ("fp32", "int8"))
+    assert fp32.samefile(int8)
+
+    with TorchServe(store, tmp_path / "ts") as server:  # the README's --models zh_en_int8.mar
+        assert server.client.translate("你好。").json()["variant"] == "int8"
+        server.client.register("zh_en_fp32.mar", initial_workers=1)  # a version swap's first step
+        assert server.client.translate("你好。", version="1.0-fp32").json()["variant"] == "fp32"
+        # Served in place: no extracted copy of the weights anywhere under the server's directory.
+        assert not list((tmp_path / "ts").rglob("*.safetensors"))
 
 
 def test_the_systemd_unit_runs_the_same_server_under_the_graceful_supervisor() -> None:
