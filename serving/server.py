@@ -295,6 +295,10 @@ def process_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    # A zombie child of ours still answers kill(0); it is gone for our purposes.
-    status = Path(f"/proc/{pid}/stat")
-    return status.exists() and status.read_text().split(") ")[-1].startswith(("R", "S", "D"))
+    # A zombie child of ours still answers kill(0); it is gone for our purposes. It may also exit and
+    # be reaped between the two looks, so a vanished stat file is an answer too.
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(") ")[-1]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state.startswith(("R", "S", "D"))

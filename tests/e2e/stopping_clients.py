@@ -31,8 +31,12 @@ class Clients:
 
     url: str  # .../predictions/zh_en
     key: str | None
+    # Resend once a request that got no answer at all: nginx closes idle keep-alive connections the
+    # moment it quits, and a request written to one then is never read (deploy/FLEET.md).
+    resend_unanswered: bool = False
     stop_sending: threading.Event = field(default_factory=threading.Event)
     outcomes: list[Outcome] = field(default_factory=list)
+    resent: int = 0
 
     def run(self, count: int) -> list[threading.Thread]:
         threads = [threading.Thread(target=self._client, daemon=True) for _ in range(count)]
@@ -52,8 +56,15 @@ class Clients:
         while not self.stop_sending.is_set():
             body = {"text": "".join(random.sample(SOURCES, 4)), "num_beams": 4}
             started = time.monotonic()
-            try:
-                status: int | str = session.post(self.url, json=body, headers=headers, timeout=60).status_code
-            except requests.RequestException as error:
-                status = type(error).__name__
+            status = self._send(session, body, headers)
+            if status == "ConnectionError" and self.resend_unanswered:
+                self.resent += 1
+                session = requests.Session()  # a new connection
+                status = self._send(session, body, headers)
             self.outcomes.append(Outcome(started, time.monotonic(), status))
+
+    def _send(self, session: requests.Session, body: dict[str, object], headers: dict[str, str]) -> int | str:
+        try:
+            return session.post(self.url, json=body, headers=headers, timeout=60).status_code
+        except requests.RequestException as error:
+            return type(error).__name__

@@ -93,7 +93,7 @@ def test_the_service_drains_on_sigterm_keeps_its_keys_and_revives_a_replica(
         key = json.loads((service.run_dir / "client_key.json").read_text())["inference"]["key"]
         assert translate(service, key).status_code == 200
 
-        clients = Clients(f"{service.url}/predictions/zh_en", key)
+        clients = Clients(f"{service.url}/predictions/zh_en", key, resend_unanswered=True)
         threads = clients.run(4)
         time.sleep(3)
         replica = Fleet.load(service.run_dir).server("r1")
@@ -109,6 +109,7 @@ def test_the_service_drains_on_sigterm_keeps_its_keys_and_revives_a_replica(
         in_flight, failed = clients.in_flight_at(terminated), clients.failed()
         assert in_flight, "no request was in flight at SIGTERM: the test proves nothing"
         assert not failed, (failed[:3], service.log())
+        assert clients.resent <= 4  # at most one per client, at the quit
         assert not [pid for pid in pids if pid and process_alive(pid)]
 
         # Started again from the same directory: the same key works; nothing new was minted.
@@ -129,7 +130,8 @@ def test_the_service_drains_on_sigterm_keeps_its_keys_and_revives_a_replica(
         assert "replica r1 is back" in service.log()
         assert service.terminate() == 0, service.log()
         print(
-            f"{len(clients.outcomes)} requests, {len(in_flight)} in flight at SIGTERM, 0 failed; "
+            f"{len(clients.outcomes)} requests, {len(in_flight)} in flight at SIGTERM, 0 failed, "
+            f"{clients.resent} resent; "
             f"{service.log().strip().splitlines()[-1]}"
         )
     finally:
