@@ -16,7 +16,6 @@ config and logs, and each replica's working directory live.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import requests
 from serving.client import ServerError
 from serving.fleet_keys import KeyStore, write_client_key
 from serving.fleet_supervisor import supervise
+from serving.graceful import add_drain_seconds
 from serving.nginx_conf import FrontDoorConfig, FrontDoorPaths
 from serving.replica_set import DEFAULT_ARCHIVE, DEFAULT_DIR, Fleet
 
@@ -116,8 +116,7 @@ def parser() -> argparse.ArgumentParser:
         rate_help = "requests/s per key"
         starting.add_argument("--rate", type=int, default=FrontDoorConfig.rate_per_second, help=rate_help)
         starting.add_argument("--burst", type=int, default=FrontDoorConfig.burst)
-    default_drain = float(os.environ.get("ZH_EN_DRAIN_SECONDS", 30))
-    run.add_argument("--drain-seconds", type=float, default=default_drain, help="ZH_EN_DRAIN_SECONDS")
+    add_drain_seconds(run)
     for name in ("stop", "status", "reload", "add-replica"):
         command(name)
     for name in ("remove-replica", "restart-replica"):

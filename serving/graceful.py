@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -32,6 +31,7 @@ import psutil
 import requests
 
 from serving.client import Endpoints, ServerError, TorchServeClient
+from serving.server import torchserve_binary
 
 # In the temp dir: writable on a read-only root (a pod's /tmp is an emptyDir), shared by the health check.
 DRAIN_MARKER = Path(tempfile.gettempdir()) / "zh_en.draining"
@@ -83,6 +83,12 @@ def drain(client: TorchServeClient, limit: float, quiet: float, poll: float = 0.
     return False, time.monotonic() - started
 
 
+def add_drain_seconds(parser: argparse.ArgumentParser) -> None:
+    """--drain-seconds, defaulting to ZH_EN_DRAIN_SECONDS (30): the image, the units and the pods set it."""
+    default = float(os.environ.get("ZH_EN_DRAIN_SECONDS", 30))
+    parser.add_argument("--drain-seconds", type=float, default=default, help="ZH_EN_DRAIN_SECONDS")
+
+
 class Supervisor:
     """TorchServe as a child process; a stop request turns into a drain and `torchserve --stop`."""
 
@@ -110,8 +116,7 @@ class Supervisor:
         log(f"stop requested: unhealthy now; draining for at most {drain_seconds:g} s")
         drained, seconds = drain(self.client, drain_seconds, quiet_seconds)
         log(f"{'drained' if drained else 'drain limit reached'} after {seconds:.1f} s; stopping TorchServe")
-        launcher = shutil.which("torchserve", path=str(Path(sys.executable).parent)) or "torchserve"
-        subprocess.run([launcher, "--stop"], check=False, stdout=subprocess.DEVNULL)
+        subprocess.run([torchserve_binary(), "--stop"], check=False, stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
         while self.exit_code is None and time.monotonic() < deadline:
             self._reap()
@@ -142,8 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    default_drain = float(os.environ.get("ZH_EN_DRAIN_SECONDS", 30))
-    parser.add_argument("--drain-seconds", type=float, default=default_drain, help="ZH_EN_DRAIN_SECONDS")
+    add_drain_seconds(parser)
     parser.add_argument("--quiet-seconds", type=float, default=1.0, help="idle this long counts as drained")
     parser.add_argument("--management", default=Endpoints.management)
     parser.add_argument("--key-file", type=Path, default=Path("key_file.json"))

@@ -205,8 +205,7 @@ class TorchServe:
         return env
 
     def command(self, *args: str) -> list[str]:
-        binary = shutil.which("torchserve", path=str(Path(sys.executable).parent)) or "torchserve"
-        return [binary, *args]
+        return [torchserve_binary(), *args]
 
     def start_args(self) -> list[str]:
         args = ["--start", "--ncs", "--model-store", str(self.model_store)]
@@ -280,6 +279,11 @@ class TorchServe:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def torchserve_binary() -> str:
+    """The launcher installed beside this interpreter (the venv's), else whichever is on PATH."""
+    return shutil.which("torchserve", path=str(Path(sys.executable).parent)) or "torchserve"
 
 
 def wait_gone(pids: Sequence[int], timeout: float, poll: float = 0.1) -> list[int]:
