@@ -20,6 +20,7 @@ import matplotlib.pyplot as plt
 
 from bench.cache_load import markdown as cache_load_markdown
 from bench.common import RESULTS_DIR
+from bench.exactness import markdown as exactness_markdown
 from bench.ladder_targets import markdown as latency_markdown
 
 STANDIN_LABEL = "offline stand-in (random weights, reference-length outputs)"
@@ -211,14 +212,9 @@ def write_readme(results: dict[str, dict[str, Any]], plots: list[Path], out: Pat
         exact = results["exactness"]
         parts += [
             "",
-            f"## Fast decoder against generate() ({exact['date']}, `python -m bench.exactness`)",
+            f"## Exactness and batch invariance ({exact['date']}, `python -m bench.exactness`)",
             "",
-        ]
-        parts += [
-            f"- {run['variant']} {decode_name(run['beams'])}: "
-            f"{run['differ_from_generate']} of {run['sentences']} sentences differ from generate(); "
-            f"a batch of 16 changes {run['batch_of_16_changes']} ({run['batch_of_16_changes_share']:.1%})"
-            for run in exact["runs"]
+            exactness_markdown(exact),
         ]
     if "layout" in results:
         parts += ["", f"## Worker layout ({results['layout']['date']}): [layout.md](layout.md)"]

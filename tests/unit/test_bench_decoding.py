@@ -8,12 +8,26 @@ from pathlib import Path
 from bench import exactness, profile, row_budget
 
 
-def test_exactness_reports_differences_and_batch_invariance(tiny_model_dir: Path, tmp_path: Path) -> None:
-    args = ["--model", str(tiny_model_dir), "--sentences", "6", "--variants", "int8", "--beams", "4"]
+def test_exactness_reports_differences_invariance_agreement_and_the_peer(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    args = ["--model", str(tiny_model_dir), "--sentences", "6", "--beams", "4", "--peer-length", "8"]
     assert exactness.main([*args, "--results-dir", str(tmp_path)]) == 0
-    run = json.loads((tmp_path / "exactness.json").read_text())["runs"][0]
-    assert run["sentences"] == 6 and run["differ_from_generate"] == len(run["first_difference_at_step"])
-    assert run["batch_of_16_changes"] == 0  # per-row int8: a batch changes nothing
+    result = json.loads((tmp_path / "exactness.json").read_text())
+    for run in result["runs"]:
+        assert run["sentences"] == 6 and run["differ_from_generate"] == len(run["first_difference_at_step"])
+        assert run["batch_of_16_changes"] == run["batch_of_64_changes"] == 0  # per-row int8 included
+    (agreement,) = result["int8_against_fp32"]["runs"]
+    assert 0 <= agreement["identical_sentences"] <= 6 and 0 < agreement["token_agreement"] <= 1
+    assert "not quality" in result["int8_against_fp32"]["note"]
+    assert [p["engine"].split()[0] for p in result["peer_invariance"]] == ["CTranslate2", "ours"]
+    assert result["peer_invariance"][1]["batch_of_16_changes"] == 0
+
+
+def test_agreement_counts_equal_tokens_over_the_longer_row() -> None:
+    report = exactness.agreement([[1, 2, 3], [4, 5]], [[1, 2, 3], [4, 6, 7]], beams=1)
+    assert report["identical_sentences"] == 1 and report["token_agreement"] == round(4 / 6, 4)
+    assert report["median_first_difference_step"] == 1
 
 
 def test_row_budget_curve_is_written_and_plotted(tiny_model_dir: Path, tmp_path: Path) -> None:
