@@ -7,7 +7,7 @@ Each scheduler serves the int8 archive (sentence cache off) from a real TorchSer
 ports: `static` as shipped (config/zh_en_int8.yaml: 2 workers x 1 thread, batches of 16 decoded
 to their end); `step` with continuousBatching and one worker (TorchServe 0.12 cannot run
 continuous batching with two workers: docs/SCHEDULING.md) holding two running batches on two
-threads of one intra-op thread each, sentences joining and leaving them every decoder step.
+processes of one intra-op thread each, sentences joining and leaving them every decoder step.
 Phases, each bounded, all against 127.0.0.1:
 
 1. interactive: --users single-sentence users, no pause (saturation), at the model's beams;
@@ -49,8 +49,8 @@ SCHEDULERS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     # name: (handler keys, TorchServe keys) over config/zh_en_int8.yaml, cache off
     "static": ({"sentence_cache_entries": 0}, {}),
     "step": (
-        # One worker holds the host's work: two running batches on two threads, as the two static
-        # workers (handlers.scheduler_threads).
+        # One worker holds the host's work: two running batches in two processes, as the two
+        # static workers (handlers.partition_processes).
         {"sentence_cache_entries": 0, "scheduler": "step", "threads": 1, "step_partitions": 2},
         {"continuousBatching": True, "minWorkers": 1, "maxWorkers": 1, "batchSize": 64},
     ),

@@ -48,7 +48,7 @@ class HandlerConfig:
     # document_share of the rows is kept for requests of several sentences while they wait, and a
     # call returns after step_slice_ms so that new requests are admitted. step_partitions running
     # batches (each max_batch_rows) step side by side on their own threads, each with `threads`
-    # intra-op threads: on 2 cores, 2 x 1 (handlers.scheduler_threads says why).
+    # intra-op threads: on 2 cores, 2 x 1 (handlers.partitions says why).
     scheduler: Scheduler = "static"
     step_partitions: int = 1
     max_cohorts: int = 8

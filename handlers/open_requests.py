@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from handlers.jobs import Job
-from handlers.scheduler_threads import ThreadedSchedulers
+from handlers.partitions import Partitions
 from handlers.sentence_cache import CacheKey, SentenceCache, cache_key
 from handlers.sentence_work import BatchCounts
 from handlers.step_scheduler import SentenceKey
@@ -74,7 +74,7 @@ class OpenRequests:
     def __init__(
         self,
         translator: Translator,
-        scheduler: ThreadedSchedulers,
+        scheduler: Partitions,
         cache: SentenceCache,
         model_tag: str,
         render: Callable[[Job], dict[str, Any]],
@@ -105,9 +105,9 @@ class OpenRequests:
         options = work.request.options
         limits = [self.translator.row_limits(options, len(chunks[i])) for i in misses]
         entry.misses = misses
-        self.scheduler.submit(
-            request, [chunks[i] for i in misses], limits, self.translator.beams_for(options)
-        )
+        beams = self.translator.beams_for(options)
+        lead = _first_line_rows(work.chunks, misses) if work.request.stream else 0
+        self.scheduler.submit(request, [chunks[i] for i in misses], limits, beams, lead)
 
     def close_missing(self, present: set[Hashable]) -> None:
         """Requests TorchServe no longer sends (the client went away): stop decoding them."""
@@ -192,6 +192,17 @@ class OpenRequests:
 
     def _add_counts(self, **added: int) -> None:
         self.counts = BatchCounts(**{k: v + added.get(k, 0) for k, v in vars(self.counts).items()})
+
+
+def _first_line_rows(sentences: list[list[list[int]]], misses: list[int]) -> int:
+    """How many of the rows to decode make up the first streamed line: the misses among the chunks
+    of the first sentence that has one (cached sentences before it are sent at once)."""
+    end = 0
+    for chunks in sentences:
+        end += len(chunks)
+        if misses and misses[0] < end:
+            return sum(1 for miss in misses if miss < end)
+    return 0
 
 
 def _sentence_line(entry: _Open, index: int) -> bytes:

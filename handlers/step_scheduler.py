@@ -15,8 +15,13 @@ row goes to one of them (by the same order), so under saturating single-sentence
 still progress. Greedy and each beam count run as their own lanes (rows of one lane share a
 search), stepped in turn.
 
+Lead: a request may name how many of its first sentences run ahead (a streamed document's first
+line). Its other sentences wait until those have finished, so the lead decodes in a batch only as
+large as the other requests make it: on an idle server the first streamed line comes at one
+sentence's latency, and the document as a whole is later by about that much.
+
 One StepScheduler is one running batch, driven by one thread: in the worker, its partition's
-loop in handlers.scheduler_threads (`submit`/`cancel`, then `admit` and `step`); in tests and
+loop in handlers.partitions (`submit`/`cancel`, then `admit` and `step`); in tests and
 benchmarks, `run` steps it until the caller has what it waits for.
 """
 
@@ -49,6 +54,13 @@ class _Request:
     document: bool  # more than one sentence
     waiting: deque[tuple[int, list[int], RowLimits]] = field(default_factory=deque)
     running: int = 0
+    lead: int = 0  # sentences 0..lead-1 run ahead of the others
+    lead_left: int = 0  # of those, how many have not finished
+
+    @property
+    def admissible(self) -> bool:
+        """A sentence waits, and it is a lead sentence or the lead has finished."""
+        return bool(self.waiting) and (self.lead_left == 0 or self.waiting[0][0] < self.lead)
 
 
 @dataclass(frozen=True)
@@ -72,15 +84,24 @@ class StepScheduler:
         self._arrivals = 0
 
     def submit(
-        self, request: Hashable, ids: Sequence[list[int]], limits: Sequence[RowLimits], beams: int
+        self,
+        request: Hashable,
+        ids: Sequence[list[int]],
+        limits: Sequence[RowLimits],
+        beams: int,
+        lead: int = 0,
     ) -> None:
-        """Queue a request's sentences (in order); they come back from `run` keyed by SentenceKey."""
+        """Queue a request's sentences (in order); they come back from `run` keyed by SentenceKey.
+
+        `lead`: how many of the first sentences finish before the others are admitted.
+        """
         if request in self._requests:
             raise ValueError(f"request {request!r} is already in the scheduler")
         if not ids:
             return
         self._arrivals += 1
-        entry = _Request(self._arrivals, beams, document=len(ids) > 1)
+        lead = min(lead, len(ids))
+        entry = _Request(self._arrivals, beams, document=len(ids) > 1, lead=lead, lead_left=lead)
         pairs = zip(ids, limits, strict=True)
         entry.waiting.extend((index, list(row), limit) for index, (row, limit) in enumerate(pairs))
         self._requests[request] = entry
@@ -130,7 +151,7 @@ class StepScheduler:
         chosen: dict[int, list[tuple[SentenceKey, list[int], RowLimits]]] = defaultdict(list)
         while cohorts + len(chosen) <= self.max_cohorts:
             candidates = [
-                (e.running, e.arrival, key, e.document) for key, e in self._requests.items() if e.waiting
+                (e.running, e.arrival, key, e.document) for key, e in self._requests.items() if e.admissible
             ]
             if not candidates:
                 break
@@ -167,6 +188,8 @@ class StepScheduler:
         for owner, _ in finished:
             entry = self._requests[owner.request]
             entry.running -= 1
+            if owner.index < entry.lead:
+                entry.lead_left -= 1
             if not entry.running and not entry.waiting:
                 del self._requests[owner.request]
         return [(owner, ids) for owner, ids in finished]

@@ -29,9 +29,9 @@ from handlers.decoding import FastDecoder
 from handlers.handler_config import ConfigError, HandlerConfig
 from handlers.jobs import Job, admit_within
 from handlers.open_requests import OpenRequests
+from handlers.partition_processes import ProcessPartitions
 from handlers.protocols import NATIVE, error_body, wrap_response
 from handlers.request_parsing import InvalidRequest, parse_request
-from handlers.scheduler_threads import ThreadedSchedulers
 from handlers.sentence_cache import SentenceCache
 from handlers.sentence_work import BatchCounts, SentenceDecoder, answer, plan_request
 from handlers.step_scheduler import StepScheduler
@@ -192,7 +192,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
             StepScheduler(decoder, pad_id, config.max_batch_rows, config.max_cohorts, config.document_share)
             for _ in range(config.step_partitions)
         ]
-        return OpenRequests(self.translator, ThreadedSchedulers(partitions), cache, model_tag, self._body)
+        return OpenRequests(self.translator, ProcessPartitions(partitions), cache, model_tag, self._body)
 
     def _count(self, counts: BatchCounts) -> None:
         """Custom metrics, exposed on the metrics port (config/metrics.yaml declares them)."""

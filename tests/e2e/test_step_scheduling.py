@@ -8,7 +8,10 @@ answer is compared with what the static archive (the shared `server` fixture) gi
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +24,7 @@ from bench.common import archive_with
 from serving import fleet as fleet_cli
 from serving.nginx_conf import FrontDoorConfig
 from serving.replica_set import Fleet
-from serving.server import TorchServe, free_port
+from serving.server import TorchServe, free_port, process_alive, wait_gone
 
 STEP = {"scheduler": "step", "sentence_cache_entries": 0, "threads": 1, "step_partitions": 2}
 DOCUMENT = "。".join(f"第{n}个句子说明了一件事情" for n in range(1, 13)) + "。"
@@ -146,3 +149,26 @@ def test_the_scheduler_reports_queue_rows_and_time_to_first_sentence(step_server
     while len(reported()) < 3 and time.monotonic() < deadline:
         time.sleep(0.5)
     assert reported() == {"QueuedSentences", "RunningRows", "TimeToFirstSentence"}
+
+
+def children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(child) for child in out.split() if process_alive(int(child))]
+
+
+def test_partitions_live_and_die_with_their_worker(step_server: TorchServe) -> None:
+    """Runs last in this module: it costs the worker. A partition that dies takes its worker with
+    it (TorchServe starts a new one), and the worker's other partitions go with the worker."""
+    (worker,) = step_server.worker_pids()
+    partitions = children(worker)
+    assert len(partitions) == STEP["step_partitions"], f"worker {worker} has children {partitions}"
+    os.kill(partitions[0], signal.SIGKILL)
+    assert wait_gone([worker, *partitions], timeout=30) == [], "the worker or a partition outlived it"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if step_server.worker_pids() and step_server.client.translate("你好，世界。").status_code == 200:
+            break
+        time.sleep(1)
+    (new_worker,) = step_server.worker_pids()
+    assert new_worker != worker and len(children(new_worker)) == STEP["step_partitions"]
+    assert step_server.client.translate(DOCUMENT, sentences=True).status_code == 200

@@ -18,7 +18,8 @@ from bench.common import sample_sentences
 from handlers.batching import pad_batch
 from handlers.decoding import FastDecoder
 from handlers.handler_config import HandlerConfig, Variant
-from handlers.scheduler_threads import ThreadedSchedulers
+from handlers.partition_processes import ProcessPartitions
+from handlers.partition_threads import ThreadPartitions
 from handlers.search import Cohort, RowLimits
 from handlers.step_scheduler import SentenceKey, StepScheduler
 from handlers.translator import Translator
@@ -51,9 +52,12 @@ def translator(request: pytest.FixtureRequest, lively_model_dir: Path) -> Transl
     return Translator.load(lively_model_dir, HandlerConfig(variant=variant, warmup=False))
 
 
-@pytest.mark.parametrize(("beams", "partitions"), [(1, 1), (4, 1), (4, 2)])
+@pytest.mark.parametrize(
+    ("beams", "partitions", "where"),
+    [(1, 1, ThreadPartitions), (4, 1, ThreadPartitions), (4, 2, ThreadPartitions), (4, 2, ProcessPartitions)],
+)
 def test_a_sentence_decodes_the_same_alone_and_joined_mid_flight(
-    translator: Translator, beams: int, partitions: int
+    translator: Translator, beams: int, partitions: int, where: type[ThreadPartitions | ProcessPartitions]
 ) -> None:
     ids = translator.encode([s.source for s in sample_sentences(translator.tokenizer, SENTENCES)])
     limits = [RowLimits(min(40, 2 * len(row) + 10)) for row in ids]
@@ -63,24 +67,27 @@ def test_a_sentence_decodes_the_same_alone_and_joined_mid_flight(
         alone.append(translator.decoder.decode(input_ids, mask, [limit], beams)[0])
     assert len({len(out) for out in alone}) > 3, "the model must end sentences at varied lengths"
 
-    # Two partitions: two running batches stepping at once on two threads.
-    steps = ThreadedSchedulers([scheduler(translator) for _ in range(partitions)])
+    # Two partitions: two running batches stepping at once on two threads or in two processes.
+    steps = where([scheduler(translator) for _ in range(partitions)])
     members_of = requests_of(SENTENCES)
     scheduled: dict[int, list[int]] = {}
     joined_late = 0
-    for number, members in enumerate(members_of):
-        joined_late += steps.state().running_rows > 0
-        steps.submit(number, [ids[i] for i in members], [limits[i] for i in members], beams)
-        for key, out in steps.run(lambda _: True, seconds=60.0):  # one step per arrival
-            scheduled[members_of[cast(int, key.request)][key.index]] = out
-    while steps.busy:
-        for key, out in steps.run(lambda _: False, seconds=60.0):
-            scheduled[members_of[cast(int, key.request)][key.index]] = out
+    try:
+        for number, members in enumerate(members_of):
+            joined_late += steps.state().running_rows > 0
+            lead = number % 8 == 3  # every other document streams: its first sentence runs ahead
+            steps.submit(number, [ids[i] for i in members], [limits[i] for i in members], beams, lead)
+            for key, out in steps.run(lambda _: True, seconds=60.0):  # one step per arrival
+                scheduled[members_of[cast(int, key.request)][key.index]] = out
+        while steps.busy:
+            for key, out in steps.run(lambda _: False, seconds=60.0):
+                scheduled[members_of[cast(int, key.request)][key.index]] = out
+    finally:
+        steps.close()
     assert joined_late > 20, "most requests must arrive while others are mid-flight"
     differ = [i for i in range(SENTENCES) if scheduled[i] != alone[i]]
-    used = [p for p in steps.partitions if p._arrivals]
-    assert len(used) == partitions, "requests must spread over every partition"
-    setting = f"{translator.config.variant} beams={beams} partitions={partitions}"
+    assert all(steps.sent), f"requests must spread over every partition: {steps.sent}"
+    setting = f"{translator.config.variant} beams={beams} partitions={partitions} {where.__name__}"
     print(f"{setting}: joined mid-flight changes {len(differ)}")
     assert differ == [], f"beam {beams}: sentences {differ[:8]} change when joined mid-flight"
 
@@ -143,3 +150,30 @@ def test_documents_keep_their_share_of_rows_under_a_stream_of_single_sentences(
     # 0.34 of 12 rows: the document runs at least 4 of its sentences at a time, so at 6 steps a
     # sentence it finishes at least 4 every 6 steps once the first ones are through.
     assert document_done >= 20, f"the document finished only {document_done} of 20 sentences in 40 steps"
+
+
+def test_a_streamed_documents_first_sentence_runs_alone_on_an_idle_scheduler(
+    translator: Translator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = translator.encode([s.source for s in sample_sentences(translator.tokenizer, 12)])
+    limits = [RowLimits(8)] * len(ids)
+    steps = scheduler(translator, row_budget=32)
+    cohorts: list[list[SentenceKey]] = []
+    start = steps.decoder.start
+
+    def recording(owners: list[SentenceKey], *rest: Any) -> Cohort:
+        cohorts.append(list(owners))
+        return start(owners, *rest)
+
+    monkeypatch.setattr(steps.decoder, "start", recording)
+    steps.submit("streamed", ids, limits, 4, lead=1)
+    finished: list[SentenceKey] = []
+    while steps.busy:
+        finished += [key for key, _ in steps.run(lambda _: False, seconds=60.0)]
+    # The first sentence decodes alone, 8 steps; then the other 11 fill 8 of the 32 rows at a time.
+    assert cohorts[0] == [SentenceKey("streamed", 0)] and finished[0] == SentenceKey("streamed", 0)
+    assert [len(cohort) for cohort in cohorts[1:]] == [8, 3]
+    assert sorted(key.index for key in finished) == list(range(12))
+    steps.submit("unstreamed", ids, limits, 4)
+    steps.run(lambda _: True, seconds=60.0)
+    assert len(cohorts[3]) == 8, "without a lead the first cohort fills the row budget"

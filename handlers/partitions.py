@@ -1,0 +1,173 @@
+"""Step schedulers side by side, each stepping its own running batch all the time, on its own core.
+
+One TorchServe worker must hold every open request (docs/SCHEDULING.md: continuous batching
+cannot run two workers), so the cores are used inside it. Intra-op threads help the large matrix
+products only; the many small operations of a decoder step run on one core. So the worker splits
+its rows into partitions, each a StepScheduler stepping its own running batch with one intra-op
+thread, as a static worker would.
+
+The partitions never wait for the handler: they step whenever they hold work. A handler call only
+exchanges work with them (`submit`, `cancel`, then `run` collects what finished until the caller
+has news). A request goes wholly to the partition with the least work.
+
+Where a partition runs is the subclass's business (handlers.partition_threads,
+handlers.partition_processes); this module keeps what the handler sees: placement, what each
+partition last reported, and the finished sentences not yet collected. A partition's scheduler is
+touched only by the loop that steps it (`step_partition`), which receives submissions and
+cancellations as messages and reports after every step.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from handlers.search import RowLimits
+from handlers.step_scheduler import SchedulerState, SentenceKey, StepScheduler
+
+Finished = list[tuple[SentenceKey, list[int]]]
+STEP_FAILED_EXIT = 70  # EX_SOFTWARE
+# A message to a partition: the StepScheduler method to call and its arguments.
+Message = tuple[str, tuple[Any, ...]]
+MESSAGE_METHODS = ("submit", "cancel")
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """What a partition says after a step: what finished, its state, and how far it has read."""
+
+    finished: Finished
+    state: SchedulerState
+    busy: bool
+    applied: int  # messages applied so far
+    ended: frozenset[Hashable]  # requests with nothing left in the partition
+
+
+def step_partition(
+    partition: StepScheduler,
+    receive: Callable[[bool], list[Message]],
+    report: Callable[[StepReport], None],
+) -> None:
+    """Step forever: apply the messages (`receive(block)` blocks only while idle), admit, step, report."""
+    applied = 0
+    with torch.inference_mode():
+        while True:
+            for name, args in receive(not partition.busy):
+                if name not in MESSAGE_METHODS:
+                    raise ValueError(f"a partition takes {MESSAGE_METHODS}, not {name!r}")
+                getattr(partition, name)(*args)
+                applied += 1
+            partition.admit()
+            finished = partition.step()
+            ended = frozenset(key.request for key, _ in finished if not partition.holds(key.request))
+            report(StepReport(finished, partition.state(), partition.busy, applied, ended))
+
+
+class Partitions(ABC):
+    """The handler's side of the partitions, wherever they run."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self._changed = threading.Condition()
+        # Everything below is guarded by _changed.
+        self.sent = [0] * count  # messages sent to each partition (submissions and cancellations)
+        self._applied = [0] * count  # of those, applied (as last reported)
+        self._queued_work = [0] * count  # rows submitted and not yet reported applied
+        self._states = [SchedulerState(0, 0, 0)] * count
+        self._busy = [False] * count
+        self._home: dict[Hashable, int] = {}
+        self._finished: Finished = []
+        self.closing = False
+
+    @abstractmethod
+    def _send(self, index: int, message: Message) -> None:
+        """Deliver a message to partition `index`, in order, and wake it (called without _changed:
+        a pipe may block until the partition reads, and the partition's reports need the lock)."""
+
+    def submit(
+        self,
+        request: Hashable,
+        ids: Sequence[list[int]],
+        limits: Sequence[RowLimits],
+        beams: int,
+        lead: int = 0,
+    ) -> None:
+        """StepScheduler.submit on the partition with the least work."""
+        if not ids:
+            return
+        with self._changed:
+            index = min(range(self.count), key=self._work)
+            self.sent[index] += 1
+            self._queued_work[index] += len(ids) * beams
+            self._home[request] = index
+        self._send(index, ("submit", (request, [list(row) for row in ids], list(limits), beams, lead)))
+
+    def cancel(self, request: Hashable) -> None:
+        with self._changed:
+            index = self._home.pop(request, None)
+            if index is None:
+                return
+            self.sent[index] += 1
+        self._send(index, ("cancel", (request,)))
+
+    def close(self) -> None:
+        """Stop the partitions where they do not end with the process (tests and benchmarks)."""
+        self.closing = True
+
+    @property
+    def busy(self) -> bool:
+        with self._changed:
+            return self._busy_now()
+
+    def state(self) -> SchedulerState:
+        with self._changed:
+            states = list(self._states)
+        return SchedulerState(
+            waiting_sentences=sum(s.waiting_sentences for s in states),
+            running_rows=sum(s.running_rows for s in states),
+            cohorts=sum(s.cohorts for s in states),
+        )
+
+    def run(self, stop: Callable[[Finished], bool], seconds: float) -> Finished:
+        """Collect finished sentences until `stop(them)` says so, the time slice ends, or all is done.
+
+        `stop` may take the sentences it is given out of the list; what it leaves is returned.
+        """
+        deadline, finished = time.monotonic() + seconds, []
+        while True:
+            with self._changed:
+                if not self._finished and self._busy_now():
+                    self._changed.wait(max(0.0, deadline - time.monotonic()))
+                finished += self._finished
+                self._finished = []
+                busy = self._busy_now()
+            if stop(finished) or time.monotonic() >= deadline or not busy:
+                return finished
+
+    def _record(self, index: int, report: StepReport) -> None:
+        """A partition's report after a step: keep it and wake whoever waits in `run`."""
+        with self._changed:
+            self._finished += report.finished
+            self._states[index], self._busy[index] = report.state, report.busy
+            self._applied[index] = report.applied
+            if report.applied == self.sent[index]:
+                self._queued_work[index] = 0
+            for request in report.ended:
+                if self._home.get(request) == index:
+                    del self._home[request]
+            self._changed.notify_all()
+
+    def _busy_now(self) -> bool:
+        """Work in a partition, on its way there, or finished and not yet collected."""
+        unread = any(sent != applied for sent, applied in zip(self.sent, self._applied, strict=True))
+        return any(self._busy) or unread or bool(self._finished)
+
+    def _work(self, index: int) -> int:
+        state = self._states[index]
+        return state.running_rows + state.waiting_sentences + self._queued_work[index]
