@@ -33,6 +33,17 @@ DEFAULT_MODEL = "Helsinki-NLP/opus-mt-zh-en"
 # in its inputs (Locust draws with replacement, warm-ups resend measured bodies) without the model.
 CACHE_OFF: dict[str, Any] = {"sentence_cache_entries": 0}
 
+SCHEDULERS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    # name: (handler keys, TorchServe keys) over config/zh_en_int8.yaml, cache off
+    "static": ({"sentence_cache_entries": 0}, {}),
+    "step": (
+        # One worker holds the host's work: two running batches in two processes, as the two
+        # static workers (handlers.partition_processes).
+        {"sentence_cache_entries": 0, "scheduler": "step", "threads": 1, "step_partitions": 2},
+        {"continuousBatching": True, "minWorkers": 1, "maxWorkers": 1, "batchSize": 64},
+    ),
+}
+
 
 @dataclass(frozen=True)
 class Sentence:

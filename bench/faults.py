@@ -1,6 +1,7 @@
 """Operations under load, measured: version swaps and a killed worker.
 
     python -m bench.faults [--model synthetic|hub id|dir] [--swap-seconds 60] [--concurrency 4]
+                           [--scheduler static|step]
 
 Starts a real TorchServe (production config, free local ports) serving zh_en_int8.mar, keeps a
 steady stream of requests going, and
@@ -8,7 +9,10 @@ steady stream of requests going, and
   have passed: failed requests, and the order in which variants answered;
 - kills one worker process with SIGKILL: failed requests, seconds until /ping says Healthy
   and until the model has all its workers READY again.
-The soak tests run the same functions on the tiny stand-in and assert on them.
+--scheduler step serves both versions with one continuous-batching worker each (bench.common
+SCHEDULERS): a killed worker then takes every open request with it, and nothing answers until
+its replacement is up. Writes bench/results/faults.json (faults-step.json). The soak tests run
+the same functions on the tiny stand-in, with either scheduler, and assert on them.
 """
 
 from __future__ import annotations
@@ -22,7 +26,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import DEFAULT_MODEL, archive_with, load_model_dir, seconds_until, write_result
+from bench.common import (
+    DEFAULT_MODEL,
+    SCHEDULERS,
+    archive_with,
+    load_model_dir,
+    seconds_until,
+    write_result,
+)
 from bench.steady_load import SteadyLoad
 from serving.client import MODEL_NAME, TorchServeClient
 from serving.server import TorchServe
@@ -77,12 +88,18 @@ def _say(message: str) -> None:
     print(f"  [swap] {message}", file=sys.stderr, flush=True)
 
 
-def cold_store(model_dir: Path, workdir: Path) -> Path:
+def cold_store(model_dir: Path, workdir: Path, scheduler: str = "static") -> Path:
     """Both archives packed with the sentence cache off: the few texts repeat, and a cache would
     answer them without the model, so swaps and kills would meet idle workers."""
+    handler, top = SCHEDULERS[scheduler]
     for variant in ("fp32", "int8"):
-        store, _ = archive_with(variant, model_dir, workdir)
+        store, _ = archive_with(variant, model_dir, workdir, handler, top)
     return store
+
+
+def workers_of(scheduler: str) -> int:
+    """Workers per version: as config/zh_en_int8.yaml ships, or the one a step scheduler allows."""
+    return int(SCHEDULERS[scheduler][1].get("minWorkers", 2))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,29 +111,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--num-beams", type=int, default=1)
     parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--scheduler", default="static", choices=list(SCHEDULERS))
     args = parser.parse_args(argv)
+    workers = workers_of(args.scheduler)
     texts = ["汤姆不会同意的。", "我要看病。", "那个穿棕色大衣的女人是谁？", "如果今天是星期日，我會去釣魚。"]
     options = {"num_beams": args.num_beams, "max_new_tokens": args.max_new_tokens}
-    result: dict[str, Any] = {"concurrency": args.concurrency, "options": options}
+    result: dict[str, Any] = {
+        "scheduler": args.scheduler,
+        "concurrency": args.concurrency,
+        "options": options,
+    }
     model_dir = Path(args.model) if Path(args.model).is_dir() else load_model_dir(args.model)
     with (
         tempfile.TemporaryDirectory(prefix="zh_en_faults_") as workdir,
-        TorchServe(cold_store(model_dir, Path(workdir)), Path(workdir) / "server") as server,
+        TorchServe(cold_store(model_dir, Path(workdir), args.scheduler), Path(workdir) / "server") as server,
     ):
         endpoints = server.client.endpoints
         print(f"swapping versions for {args.swap_seconds:.0f}s under load ...", file=sys.stderr)
         with SteadyLoad(endpoints, server.key_file, texts, args.concurrency, options=options) as load:
-            result["swap"] = swap_under_load(server, load, args.swap_seconds)
+            result["swap"] = swap_under_load(server, load, args.swap_seconds, workers)
         result["swap"].update(summarize(load))
         print("killing one worker under load ...", file=sys.stderr)
         with SteadyLoad(endpoints, server.key_file, texts, args.concurrency, options=options) as load:
             time.sleep(3.0)
-            result["kill"] = kill_worker_under_load(server)
+            result["kill"] = kill_worker_under_load(server, workers)
             time.sleep(3.0)
         result["kill"].update(summarize(load))
         answer = server.client.translate(texts[0]).json()
         result["model"] = {key: answer.get(key) for key in ("model", "version", "variant", "standin")}
-    path = write_result("faults", {"model_name": MODEL_NAME, **result})
+    name = "faults" if args.scheduler == "static" else f"faults-{args.scheduler}"
+    path = write_result(name, {"model_name": MODEL_NAME, **result})
     swap_part, kill_part = result["swap"], result["kill"]
     print(
         f"swaps: {len(swap_part['swaps'])} in {swap_part['seconds']}s, "

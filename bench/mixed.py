@@ -36,6 +36,7 @@ import requests
 
 from bench.common import (
     RESULTS_DIR,
+    SCHEDULERS,
     archive_with,
     is_standin,
     load_model_dir,
@@ -45,16 +46,6 @@ from bench.common import (
 from bench.load import LoadSpec, run_load
 from serving.server import TorchServe
 
-SCHEDULERS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
-    # name: (handler keys, TorchServe keys) over config/zh_en_int8.yaml, cache off
-    "static": ({"sentence_cache_entries": 0}, {}),
-    "step": (
-        # One worker holds the host's work: two running batches in two processes, as the two
-        # static workers (handlers.partition_processes).
-        {"sentence_cache_entries": 0, "scheduler": "step", "threads": 1, "step_partitions": 2},
-        {"continuousBatching": True, "minWorkers": 1, "maxWorkers": 1, "batchSize": 64},
-    ),
-}
 LOAD_KEYS = ("requests", "failures", "rps", "p50_ms", "p95_ms", "p99_ms")
 
 

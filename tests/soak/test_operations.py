@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from archive.build import CONFIG_DIR, ArchiveSpec, build_archive, model_digest
-from bench.faults import kill_worker_under_load, summarize, swap_under_load
+from bench.faults import cold_store, kill_worker_under_load, summarize, swap_under_load, workers_of
 from bench.steady_load import SteadyLoad
 from serving.server import TorchServe, process_alive
 
@@ -35,15 +35,21 @@ def steady(server: TorchServe, concurrency: int = 4) -> SteadyLoad:
     return SteadyLoad(server.client.endpoints, server.key_file, TEXTS, concurrency, options=QUICK)
 
 
+@pytest.fixture(params=["static", "step"])
+def scheduler(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @pytest.fixture
-def fresh_server(tiny_store: Path, tmp_path: Path) -> Iterator[TorchServe]:
-    with TorchServe(tiny_store, tmp_path / "torchserve") as running:
+def fresh_server(scheduler: str, tiny_model_dir: Path, tmp_path: Path) -> Iterator[TorchServe]:
+    """Both tiny archives, cache off, as bench.faults packs them for `scheduler`."""
+    with TorchServe(cold_store(tiny_model_dir, tmp_path, scheduler), tmp_path / "torchserve") as running:
         yield running
 
 
-def test_swapping_versions_under_load_fails_no_request(fresh_server: TorchServe) -> None:
+def test_swapping_versions_under_load_fails_no_request(fresh_server: TorchServe, scheduler: str) -> None:
     with steady(fresh_server) as load:
-        report = swap_under_load(fresh_server, load, seconds=20)
+        report = swap_under_load(fresh_server, load, seconds=20, workers=workers_of(scheduler))
     summary = summarize(load)
     assert report["seconds"] >= 20 and len(report["swaps"]) >= 2
     assert summary["failed"] == 0, summary["failure_samples"]
@@ -52,16 +58,19 @@ def test_swapping_versions_under_load_fails_no_request(fresh_server: TorchServe)
     assert fresh_server.client.versions() == ["1.0-int8"]
 
 
-def test_a_killed_worker_is_replaced_and_only_its_requests_fail(fresh_server: TorchServe) -> None:
+def test_a_killed_worker_is_replaced_and_only_its_requests_fail(
+    fresh_server: TorchServe, scheduler: str
+) -> None:
     concurrency = 4
     with steady(fresh_server, concurrency) as load:
         time.sleep(2.0)
-        report = kill_worker_under_load(fresh_server)
+        report = kill_worker_under_load(fresh_server, workers_of(scheduler))
         time.sleep(2.0)
     summary = summarize(load)
     assert not process_alive(report["killed_pid"])
     assert report["all_ready_after_s"] < 120
-    # At most the requests that were on the killed worker: one batch, fed by our 4 clients.
+    # At most the requests that were on the killed worker: one static batch, or every request open
+    # on the one step worker, fed by our 4 clients either way.
     assert summary["failed"] <= concurrency, summary["failure_samples"]
     assert fresh_server.client.translate("你好").status_code == 200
 
