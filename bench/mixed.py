@@ -16,6 +16,9 @@ Phases, each bounded, all against 127.0.0.1:
 4. idle: one sentence's latency (median of 5), then a --stream-sentences document: the time to
    its first streamed line (step) or to the whole answer (static cannot stream).
 
+Serving overhead: the idle one-sentence latency minus the same 5 sentences translated in this
+process (Translator.translate, int8, 1 thread, median of 3 passes), measured once in the run.
+
 On the stand-in every output is forced to its reference length (bench.load). Progress goes to
 stderr. Writes bench/results/mixed.json, mixed.md and mixed.png; the targets are issue 14's.
 """
@@ -44,6 +47,9 @@ from bench.common import (
     write_result,
 )
 from bench.load import LoadSpec, run_load
+from handlers.handler_config import HandlerConfig
+from handlers.request_parsing import GenerationOptions
+from handlers.translator import Translator
 from serving.server import TorchServe
 
 LOAD_KEYS = ("requests", "failures", "rps", "p50_ms", "p95_ms", "p99_ms")
@@ -83,36 +89,54 @@ def measure(name: str, args: argparse.Namespace, model_dir: Path, workdir: Path)
         for beams in args.beams:
             uniform = load(f"uniform-beam{beams}", args.uniform_users, beams=beams)
             figures[f"uniform_beam{beams}"] = {key: uniform[key] for key in LOAD_KEYS}
-        figures["idle"] = idle(server, name, model_dir, args.stream_sentences)
+        figures["idle"] = idle(server, name, *idle_bodies(model_dir, args.stream_sentences))
         figures["standin"] = alone["standin"]
     return figures
 
 
-def idle(server: TorchServe, name: str, model_dir: Path, sentences: int) -> dict[str, float]:
-    """On an idle server: one sentence's latency, then how soon a long document's first sentence arrives."""
+def idle_bodies(model_dir: Path, sentences: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Five one-sentence bodies and a `sentences`-sentence document, at reference lengths on a stand-in."""
     from transformers import AutoTokenizer
 
     picked = sample_sentences(AutoTokenizer.from_pretrained(model_dir), sentences + 5)
     forced = is_standin(model_dir)
 
-    def body(chosen: list[Any], **extra: Any) -> dict[str, Any]:
+    def body(chosen: list[Any]) -> dict[str, Any]:
         text = "".join(s.source for s in chosen)
         tokens = round(statistics.fmean(s.reference_tokens for s in chosen))
-        return {
-            "text": text,
-            **({"min_new_tokens": tokens, "max_new_tokens": tokens} if forced else {}),
-            **extra,
-        }
+        return {"text": text, **({"min_new_tokens": tokens, "max_new_tokens": tokens} if forced else {})}
 
+    return [body([sentence]) for sentence in picked[:5]], body(picked[5:])
+
+
+def in_process_ms(model_dir: Path, singles: list[dict[str, Any]]) -> float:
+    """The median time to translate each one-sentence body in this process, as one worker would."""
+    translator = Translator.load(model_dir, HandlerConfig(variant="int8", threads=1))
+    times = []
+    for _ in range(3):
+        for body in singles:
+            options = GenerationOptions(
+                min_new_tokens=body.get("min_new_tokens"), max_new_tokens=body.get("max_new_tokens")
+            )
+            started = time.monotonic()
+            translator.translate([body["text"]], options)
+            times.append((time.monotonic() - started) * 1000)
+    return round(statistics.median(times), 1)
+
+
+def idle(
+    server: TorchServe, name: str, singles: list[dict[str, Any]], document: dict[str, Any]
+) -> dict[str, float]:
+    """On an idle server: one sentence's latency, then how soon a long document's first sentence arrives."""
     url = f"{server.client.endpoints.inference}/predictions/zh_en"
     headers = server.client._headers("inference", {"Content-Type": "application/json"})
-    singles = []
-    for sentence in picked[:5]:
+    times = []
+    for single in singles:
         started = time.monotonic()
-        response = requests.post(url, data=json.dumps(body([sentence])), headers=headers, timeout=120)
-        singles.append((time.monotonic() - started) * 1000)
+        response = requests.post(url, data=json.dumps(single), headers=headers, timeout=120)
+        times.append((time.monotonic() - started) * 1000)
         response.raise_for_status()
-    document = body(picked[5:], **({"stream": True} if name == "step" else {}))
+    document = {**document, **({"stream": True} if name == "step" else {})}
     started = time.monotonic()
     with requests.post(url, data=json.dumps(document), headers=headers, stream=True, timeout=600) as response:
         response.raise_for_status()
@@ -121,9 +145,9 @@ def idle(server: TorchServe, name: str, model_dir: Path, sentences: int) -> dict
         first = (time.monotonic() - started) * 1000
         count = 1 + sum(1 for line in lines if line) if name == "step" else 1  # static: one body
     whole = (time.monotonic() - started) * 1000
-    say(f"{name}: one sentence {statistics.median(singles):.0f} ms; document first line {first:.0f} ms")
+    say(f"{name}: one sentence {statistics.median(times):.0f} ms; document first line {first:.0f} ms")
     return {
-        "one_sentence_p50_ms": round(statistics.median(singles), 1),
+        "one_sentence_p50_ms": round(statistics.median(times), 1),
         "document_first_ms": round(first, 1),
         "document_whole_ms": round(whole, 1),
         "document_lines": count,
@@ -144,6 +168,9 @@ def targets(result: dict[str, Any], beams: list[int]) -> dict[str, Any]:
             "p50_mixed_over_alone": round(mixed["p50_ms"] / alone["p50_ms"], 2),
             "document_failures": document["failures"],
             "document_sentence_share": round(doc_sentences / (doc_sentences + mixed["rps"]), 2),
+            "serving_overhead_ms": round(
+                figures["idle"]["one_sentence_p50_ms"] - result["in_process_one_sentence_ms"], 1
+            ),
         }
     out["step_targets"] = {
         "p95_at_most_1.5x_alone": out["step"]["p95_mixed_over_alone"] <= 1.5,
@@ -152,6 +179,7 @@ def targets(result: dict[str, Any], beams: list[int]) -> dict[str, Any]:
         and out["step"]["document_sentence_share"] >= 1 / 3,
         "first_streamed_sentence_within_2x_one_sentence": step["idle"]["document_first_ms"]
         <= 2 * step["idle"]["one_sentence_p50_ms"],
+        "serving_overhead_at_most_5ms": out["step"]["serving_overhead_ms"] <= 5,
     }
     for count in beams:
         key = f"uniform_beam{count}"
@@ -179,7 +207,8 @@ def report(result: dict[str, Any], path: Path) -> None:
                 f"{figures[f'uniform_beam{b}']['p95_ms'] / figures[f'uniform_beam{b}']['p50_ms']:.2f})"
                 for b in result["beams"]
             )
-            + f" | {idle['one_sentence_p50_ms']:.0f} | {idle['document_first_ms']:.0f} |"
+            + f" | {idle['one_sentence_p50_ms']:.0f} | {idle['document_first_ms']:.0f} | "
+            f"{idle['one_sentence_p50_ms'] - result['in_process_one_sentence_ms']:.0f} |"
         )
     uniform = " | ".join(f"uniform beam {b} req/s" for b in result["beams"])
     lines = [
@@ -195,9 +224,12 @@ def report(result: dict[str, Any], path: Path) -> None:
         "",
         "| scheduler | alone req/s | alone p50 ms | alone p95 ms | mixed req/s | mixed p50 ms "
         f"| mixed p95 ms | documents req/s | {uniform} | idle one sentence ms "
-        "| idle document first sentence ms |",
-        "|" + "---|" * (10 + len(result["beams"])),
+        "| idle document first sentence ms | serving overhead ms |",
+        "|" + "---|" * (11 + len(result["beams"])),
         *rows,
+        "",
+        f"Serving overhead: the idle one-sentence p50 minus {result['in_process_one_sentence_ms']:.0f} ms "
+        "for the same sentences translated in process (int8, 1 thread).",
         "",
         "Targets (issue 14, step):",
         "",
@@ -270,6 +302,9 @@ def main(argv: list[str] | None = None) -> int:
         "standin": is_standin(model_dir),
         "schedulers": {},
     }
+    singles, _ = idle_bodies(model_dir, args.stream_sentences)
+    result["in_process_one_sentence_ms"] = in_process_ms(model_dir, singles)
+    say(f"in process: one sentence {result['in_process_one_sentence_ms']:.0f} ms")
     with tempfile.TemporaryDirectory(prefix="zh_en_mixed_") as tmp:
         for name in args.schedulers:
             result["schedulers"][name] = measure(name, args, model_dir, Path(tmp))

@@ -51,4 +51,6 @@ def assert_mixed_ran(results: Path) -> None:
     assert result["schedulers"]["step"]["idle"]["document_lines"] >= 12 + 1
     assert result["schedulers"]["static"]["idle"]["document_lines"] == 1
     assert "documents_no_failures_and_a_third" in result["targets"]["step_targets"]
+    assert result["in_process_one_sentence_ms"] > 0
+    assert {"serving_overhead_ms"} <= set(result["targets"]["step"]) & set(result["targets"]["static"])
     assert "bench.mixed" in (results / "mixed.md").read_text() and (results / "mixed.png").stat().st_size > 0
