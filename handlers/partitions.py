@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from handlers.heap_trim import IDLE_TRIM_SECONDS, IdleTrim
 from handlers.search import RowLimits
 from handlers.step_scheduler import SchedulerState, SentenceKey, StepScheduler
 
@@ -54,11 +55,19 @@ def step_partition(
     receive: Callable[[bool], list[Message]],
     report: Callable[[StepReport], None],
 ) -> None:
-    """Step forever: apply the messages (`receive(block)` blocks only while idle), admit, step, report."""
-    applied = 0
+    """Step forever: apply the messages (`receive(block)` blocks only while idle), admit, step, report.
+
+    An idle partition gives its heap back after a while (handlers.heap_trim).
+    """
+    applied, heap = 0, IdleTrim(IDLE_TRIM_SECONDS)
     with torch.inference_mode():
         while True:
-            for name, args in receive(not partition.busy):
+            idle = not partition.busy
+            if idle:
+                heap.idle()
+            messages = receive(idle)
+            heap.busy()
+            for name, args in messages:
                 if name not in MESSAGE_METHODS:
                     raise ValueError(f"a partition takes {MESSAGE_METHODS}, not {name!r}")
                 getattr(partition, name)(*args)

@@ -27,6 +27,7 @@ from ts.torch_handler.base_handler import BaseHandler
 
 from handlers.decoding import FastDecoder
 from handlers.handler_config import ConfigError, HandlerConfig
+from handlers.heap_trim import IDLE_TRIM_SECONDS, IdleTrim
 from handlers.jobs import Job, admit_within
 from handlers.open_requests import OpenRequests
 from handlers.partition_processes import ProcessPartitions
@@ -49,6 +50,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         self.sentences: SentenceDecoder | None = None
         self.open_requests: OpenRequests | None = None  # scheduler: step
         self._gauged = 0.0  # when the scheduler gauges were last reported
+        self.heap = IdleTrim(IDLE_TRIM_SECONDS)
         self.identity: dict[str, Any] = {}
 
     def initialize(self, context: Any) -> None:
@@ -83,9 +85,13 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         self.initialized = True
 
     def handle(self, data: list[dict[str, Any]], context: Any) -> list[Any]:
-        if self.open_requests is None:
+        if self.open_requests is not None:
+            return self.handle_open(data, context)  # its partitions trim their own heaps
+        self.heap.busy()
+        try:
             return super().handle(data, context)  # type: ignore[no-any-return]
-        return self.handle_open(data, context)
+        finally:
+            self.heap.idle()
 
     def handle_open(self, data: list[dict[str, Any]], context: Any) -> list[bytes]:
         """One continuous-batching call: admit new requests, decode a time slice, answer every one."""

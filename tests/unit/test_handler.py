@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -124,3 +125,17 @@ def test_sentences_past_the_batch_budget_get_503_busy_and_the_rest_is_answered(t
     assert responses[1]["type"] == "Busy" and "max_sentences_per_batch 5" in responses[1]["message"]
     assert context.get_response_headers(1)["Retry-After"] == "1"
     assert responses[0]["stats"]["translated"] == 4 and responses[2]["stats"]["translated"] == 1
+
+
+def test_an_idle_worker_trims_its_heap_once_and_not_between_calls(
+    handler: TranslationHandler, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trims: list[int] = []
+    monkeypatch.setattr(handler.heap, "_trim", lambda: trims.append(1))
+    monkeypatch.setattr(handler.heap, "idle_seconds", 0.3)
+    for _ in range(3):  # back-to-back calls: no trim in between
+        responses, _ = run(handler, tiny_model_dir, [{"body": {"text": "你好", "max_new_tokens": 3}}])
+        assert "translation" in responses[0]
+    assert trims == []
+    time.sleep(0.8)
+    assert trims == [1]
