@@ -46,14 +46,18 @@ class HandlerConfig:
     # batch one decoder step at a time (handlers.step_scheduler); max_batch_rows is then the row
     # budget of the running batch, max_cohorts bounds how many start positions it mixes,
     # document_share of the rows is kept for requests of several sentences while they wait, and a
-    # call returns after step_slice_ms so that new requests are admitted. step_partitions running
-    # batches (each max_batch_rows) step side by side on their own threads, each with `threads`
+    # call returns after step_slice_ms so that new requests are admitted, or at the first finished
+    # sentence. While sentences already wait for rows, a call lasts backlog_slice_ms and answers
+    # what finished in it together: new requests would only queue, and every call costs the
+    # worker a read of each open request (handlers.open_requests). step_partitions running
+    # batches (each max_batch_rows) step side by side in their own processes, each with `threads`
     # intra-op threads: on 2 cores, 2 x 1 (handlers.partitions says why).
     scheduler: Scheduler = "static"
     step_partitions: int = 1
     max_cohorts: int = 8
     document_share: float = 0.34
     step_slice_ms: int = 50
+    backlog_slice_ms: int = 250
     # Runaway-generation guard: at most ratio * input tokens + slack new tokens,
     # and never more than max_new_tokens.
     max_new_tokens: int = 256
@@ -93,6 +97,7 @@ class HandlerConfig:
         _require(self.step_partitions >= 1, "step_partitions must be >= 1")
         _require(0.0 <= self.document_share <= 1.0, "document_share must be between 0 and 1")
         _require(self.step_slice_ms >= 1, "step_slice_ms must be >= 1")
+        _require(self.backlog_slice_ms >= 1, "backlog_slice_ms must be >= 1")
         _require(
             self.num_beams is None or 1 <= self.num_beams <= self.max_beams,
             f"num_beams must be between 1 and max_beams ({self.max_beams})",

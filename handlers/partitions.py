@@ -139,6 +139,7 @@ class Partitions(ABC):
             states = list(self._states)
         return SchedulerState(
             waiting_sentences=sum(s.waiting_sentences for s in states),
+            backlog=sum(s.backlog for s in states),
             running_rows=sum(s.running_rows for s in states),
             cohorts=sum(s.cohorts for s in states),
         )

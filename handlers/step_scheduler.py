@@ -70,6 +70,8 @@ class SchedulerState:
     waiting_sentences: int
     running_rows: int
     cohorts: int
+    # Waiting sentences that only rows hold back (not a lead): they run when rows free up.
+    backlog: int = 0
 
 
 class StepScheduler:
@@ -125,6 +127,7 @@ class StepScheduler:
         rows = sum(c.sentences * beams for beams, cohorts in self._lanes.items() for c in cohorts)
         return SchedulerState(
             waiting_sentences=sum(len(entry.waiting) for entry in self._requests.values()),
+            backlog=sum(len(entry.waiting) for entry in self._requests.values() if entry.admissible),
             running_rows=rows,
             cohorts=sum(len(cohorts) for cohorts in self._lanes.values()),
         )

@@ -106,17 +106,15 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
                     job.work, job.error = None, InvalidRequest(NO_EXPLANATIONS, status=501)
                 self._set_head(index, job)
                 self.open_requests.open(request, job)
-        self.open_requests.advance(self.translator.config.step_slice_ms / 1000)
+        config = self.translator.config
+        self.open_requests.advance(config.step_slice_ms / 1000, config.backlog_slice_ms / 1000)
         chunks = [self.open_requests.chunk(request) for request in requests]
         # TorchServe's ts_stream_next: a request's stream closes when its criterion says it is
         # done; None sends a whole (unstreamed) response.
         context.stopping_criteria = [
             lambda _, more=chunk.more: None if more is None else not more for chunk in chunks
         ]
-        counts, first_sentence_ms = self.open_requests.take_counts()
-        if counts.sentences or counts.generated_tokens:  # calls come every few ms: log only news
-            self._count(counts)
-        self._gauge_scheduler(first_sentence_ms)
+        self._report_scheduler()
         return [chunk.body for chunk in chunks]
 
     def preprocess(self, data: list[dict[str, Any]]) -> list[Job]:
@@ -212,18 +210,24 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         ):
             metrics.add_counter(name, value, dimensions=variant)
 
-    def _gauge_scheduler(self, first_sentence_ms: list[float]) -> None:
-        """scheduler: step: what waits and what runs after this call, and time to first sentence."""
+    def _report_scheduler(self) -> None:
+        """scheduler: step: counters, what waits and what runs, and time to first sentence, at most
+        once a second (calls come every few ms, and each metric is a log line the frontend parses)
+        and when the last open request is answered, so that nothing waits for the next request."""
         assert self.open_requests is not None
+        if time.monotonic() - self._gauged < 1.0 and self.open_requests.open_count:
+            return
+        self._gauged = time.monotonic()
+        counts, first_sentence_ms = self.open_requests.take_counts()
+        if counts.sentences or counts.generated_tokens or counts.cache_hits:
+            self._count(counts)
         metrics, state = self.context.metrics, self.open_requests.scheduler.state()
         variant = [Dimension("Variant", str(self.identity["variant"]))]
-        if time.monotonic() - self._gauged >= 1.0:  # metric lines go through the worker's log
-            self._gauged = time.monotonic()
-            for name, value in (
-                ("QueuedSentences", state.waiting_sentences),
-                ("RunningRows", state.running_rows),
-            ):
-                metrics.add_metric(name, value, "count", dimensions=variant, metric_type=MetricTypes.GAUGE)
+        for name, value in (
+            ("QueuedSentences", state.waiting_sentences),
+            ("RunningRows", state.running_rows),
+        ):
+            metrics.add_metric(name, value, "count", dimensions=variant, metric_type=MetricTypes.GAUGE)
         for milliseconds in first_sentence_ms:
             metrics.add_time("TimeToFirstSentence", round(milliseconds, 2), dimensions=variant)
 

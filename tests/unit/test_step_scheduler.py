@@ -167,6 +167,9 @@ def test_a_streamed_documents_first_sentence_runs_alone_on_an_idle_scheduler(
 
     monkeypatch.setattr(steps.decoder, "start", recording)
     steps.submit("streamed", ids, limits, 4, lead=1)
+    steps.run(lambda _: True, seconds=60.0)
+    state = steps.state()  # the other 11 wait for the lead, not for rows: no backlog
+    assert (state.running_rows, state.waiting_sentences, state.backlog) == (4, 11, 0), state
     finished: list[SentenceKey] = []
     while steps.busy:
         finished += [key for key, _ in steps.run(lambda _: False, seconds=60.0)]
@@ -177,3 +180,4 @@ def test_a_streamed_documents_first_sentence_runs_alone_on_an_idle_scheduler(
     steps.submit("unstreamed", ids, limits, 4)
     steps.run(lambda _: True, seconds=60.0)
     assert len(cohorts[3]) == 8, "without a lead the first cohort fills the row budget"
+    assert steps.state().backlog == 4, "the other 4 wait for rows"
