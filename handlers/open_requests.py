@@ -125,7 +125,8 @@ class OpenRequests:
         A call costs the worker a read of every open request's headers (TorchServe's continuous
         batching resends them all), about half a core at 100 open requests when calls come at
         every finished sentence. While sentences wait for rows, answering sooner admits nothing
-        sooner, so a call then gathers what finishes in `backlog_seconds` and answers it together.
+        sooner, so a call then gathers what finishes in `backlog_seconds` and answers it together;
+        only a streamed line still goes out at once.
         """
         if self.scheduler.state().backlog:
             for key, ids in self.scheduler.run(self._gather, backlog_seconds):
@@ -168,9 +169,13 @@ class OpenRequests:
         return entry.streaming and entry.ready_sentences() > entry.streamed
 
     def _gather(self, finished: list[tuple[SentenceKey, list[int]]]) -> bool:
-        """Store what finished and keep collecting until the time is up."""
+        """Store what finished; keep collecting until the time is up, unless a stream has a new line
+        (a streaming client reads each line as it comes; the others get their answers together)."""
         self._news_in(finished)
-        return False
+        return any(
+            entry.streaming and entry.calls and entry.ready_sentences() > entry.streamed
+            for entry in self._open.values()
+        )
 
     def _news_in(self, finished: list[tuple[SentenceKey, list[int]]]) -> bool:
         for key, ids in finished:
