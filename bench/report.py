@@ -221,11 +221,13 @@ def write_readme(results: dict[str, dict[str, Any]], plots: list[Path], out: Pat
     if "cache_load" in results:
         parts += ["", "## Sentence cache under load (unique sentences against Zipf repeats)", ""]
         parts.append(cache_load_markdown(results["cache_load"]).rstrip())
-    if "faults" in results:
-        faults = results["faults"]
+    for name, flag in (("faults", ""), ("faults-step", " --scheduler step")):
+        if name not in results:
+            continue
+        faults = results[name]
         parts += [
             "",
-            f"## Operations under load ({faults['date']}, `python -m bench.faults`)",
+            f"## Operations under load ({faults['date']}, `python -m bench.faults{flag}`)",
             "",
             f"- {len(faults['swap']['swaps'])} version swaps in {faults['swap']['seconds']} s: "
             f"{faults['swap']['failed']} of {faults['swap']['requests']} requests failed.",
@@ -233,6 +235,8 @@ def write_readme(results: dict[str, dict[str, Any]], plots: list[Path], out: Pat
             f"/ping Healthy after {faults['kill']['healthy_after_s']} s, all workers READY after "
             f"{faults['kill']['all_ready_after_s']} s.",
         ]
+    if "mixed" in results:
+        parts += ["", f"## Schedulers ({results['mixed']['date']}): [mixed.md](mixed.md)"]
     parts += ["", "## Plots", ""] + [f"![{plot.stem}]({plot.name})" for plot in plots]
     path = out / "README.md"
     path.write_text("\n".join(parts) + "\n")
