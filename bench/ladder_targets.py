@@ -140,6 +140,7 @@ def markdown(result: dict[str, Any]) -> str:
                 f"{by[3].get('target_vocabulary', '?')} rows): one sentence {single:.2f}x faster "
                 f"(rung 8 p50 / rung 3 p50), batches of {batch} {batched:.2f}x (rung 4 / rung 9 sentences/s)"
             )
+        lines += memory_table(by, batch)
         lines += ["", "| target | measured | limit | met |", "|---|---|---|---|"]
         lines += [
             f"| {t['target']} | {t['measured']} | {t['limit']} | {'yes' if t['met'] else 'NO'} |"
@@ -147,6 +148,38 @@ def markdown(result: dict[str, Any]) -> str:
         ]
     lines += ["", *(f"- {note}" for note in result.get("notes", []))]
     return "\n".join(lines)
+
+
+# Whose memory the table compares: int8 and CTranslate2 after their batch rungs, fp32 after its
+# dynamic one-sentence rung (the ladder has no fp32 batch rung).
+MEMORY_RUNGS = ((4, "ours int8"), (2, "ours fp32"), (12, "CTranslate2 int8 + map"), (7, "CTranslate2 int8"))
+
+
+def memory_table(by_rung: dict[int, dict[str, Any]], batch: object) -> list[str]:
+    """Private and file-backed MB per process after its timed run, and a two-worker host's total.
+
+    Two workers of one model share its weight file's pages (file-backed, counted once) and each
+    holds its own private memory: host total = 2 x private + file.
+    """
+    rows = [
+        (label, by_rung[rung])
+        for rung, label in MEMORY_RUNGS
+        if rung in by_rung and "run_private_mb" in by_rung[rung]
+    ]
+    if not rows:
+        return []
+    lines = [
+        f"\nMemory after the timed run (int8 and CTranslate2: batches of {batch}; fp32: one sentence at "
+        "a time). Every process includes the same Python, torch and transformers harness:\n",
+        "| engine (rung) | private MB | file-backed MB | total MB | two workers on one host MB |",
+        "|---|---|---|---|---|",
+    ]
+    for label, row in rows:
+        private, file = row["run_private_mb"], row["run_file_mb"]
+        lines.append(
+            f"| {label} ({row['rung']}) | {private} | {file} | {private + file} | {2 * private + file} |"
+        )
+    return lines
 
 
 def _row(row: dict[str, Any]) -> str:

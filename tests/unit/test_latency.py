@@ -126,3 +126,15 @@ def assert_quick_ladder(results_dir: Path, model_dir: Path) -> None:
     assert "Fast decoder vs generate()" in table
     assert "| 12. CTranslate2 int8 + map, batches of 16 (peer) |" in table
     assert "Ours / the same with its target-side vocabulary map" in table
+
+
+def test_the_memory_table_counts_a_models_weight_file_once_for_two_workers() -> None:
+    by_rung = {
+        4: {"rung": 4, "run_private_mb": 400, "run_file_mb": 100},
+        2: {"rung": 2, "run_private_mb": 350, "run_file_mb": 340},
+        3: {"rung": 3, "run_private_mb": 1, "run_file_mb": 1},  # not a compared rung
+    }
+    lines = ladder_targets.memory_table(by_rung, 16)
+    assert lines[-2] == "| ours int8 (4) | 400 | 100 | 500 | 900 |"
+    assert lines[-1] == "| ours fp32 (2) | 350 | 340 | 690 | 1040 |"
+    assert ladder_targets.memory_table({3: by_rung[3]}, 16) == []
