@@ -216,6 +216,17 @@ def write_readme(results: dict[str, dict[str, Any]], plots: list[Path], out: Pat
             "",
             exactness_markdown(exact),
         ]
+    if "int8_kernels" in results:
+        kernels = results["int8_kernels"]
+        parts += [
+            "",
+            f"## int8 kernels ({kernels['date']}, `{kernels['command'].strip()}`)",
+            "",
+            f"One Linear per shape of the model, {kernels['unit']}; per_row is the one served "
+            f"(batch invariant: {'yes' if kernels['per_row_batch_invariant'] else 'NO'}).",
+            "",
+            kernels["table"],
+        ]
     if "layout" in results:
         parts += ["", f"## Worker layout ({results['layout']['date']}): [layout.md](layout.md)"]
     if "cache_load" in results:

@@ -1,5 +1,6 @@
-"""`make bench`: quality, the latency ladder, the row budget curve, Locust load, the sentence cache
-under load, static batching against the step scheduler (bench.mixed), then the report.
+"""`make bench`: quality, the latency ladder, the int8 kernels, the row budget curve, Locust load,
+the sentence cache under load, static batching against the step scheduler (bench.mixed), then the
+report.
 
 Locust runs against one server per configuration: int8 and fp32 with the default fast decoder, and
 int8 with `decoder: generate`, so the decoders are compared under the same load in the same run.
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from archive.build import MODEL_NAME
-from bench import bleu, cache_load, latency, mixed, report, row_budget
+from bench import bleu, cache_load, int8_kernels, latency, mixed, report, row_budget
 from bench.common import CACHE_OFF, RESULTS_DIR, archive_with, load_model_dir
 from bench.load import LoadSpec, run_load
 from serving.server import TorchServe
@@ -33,6 +34,7 @@ from serving.server import TorchServe
 class Plan:
     bleu_limit: int
     latency_args: list[str]
+    int8_kernels_args: list[str]
     # (server, num_beams, users) per Locust run; servers: int8, fp32, int8-generate
     loads: list[tuple[str, int, int]]
     duration: str
@@ -44,6 +46,7 @@ class Plan:
 FULL = Plan(
     bleu_limit=200,
     latency_args=["--sentences", "32", "--beams", "1", "4", "--http"],
+    int8_kernels_args=[],
     loads=[
         ("int8", 1, 10),
         ("int8", 1, 50),
@@ -62,6 +65,7 @@ FULL = Plan(
 QUICK = Plan(
     bleu_limit=16,
     latency_args=["--quick"],
+    int8_kernels_args=["--reps-scale", "0"],  # the fewest timed calls per cell (5)
     loads=[("int8", 1, 4), ("fp32", 1, 4), ("int8-generate", 1, 4)],
     duration="4s",
     row_budget_args=["--sentences", "8", "--budgets", "4", "32", "--beams", "4"],
@@ -72,7 +76,7 @@ QUICK = Plan(
     ],
 )
 SERVERS = ("int8", "fp32", "int8-generate")
-STEPS = 7
+STEPS = 8
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,15 +106,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     _step(2, "latency ladder")
     latency.main(["--model", str(model_dir), *plan.latency_args, "--results-dir", str(results)])
-    _step(3, "row budget curve (in process)")
+    _step(3, "int8 kernels (one Linear per shape, in process)")
+    int8_kernels.main([*plan.int8_kernels_args, "--results-dir", str(results)])
+    _step(4, "row budget curve (in process)")
     row_budget.main(["--model", str(model_dir), *plan.row_budget_args, "--results-dir", str(results)])
-    _step(4, "load (Locust)")
+    _step(5, "load (Locust)")
     run_loads(plan.loads, plan.duration, model_dir, results)
-    _step(5, "sentence cache under load (Locust: unique sentences, then Zipf repeats)")
+    _step(6, "sentence cache under load (Locust: unique sentences, then Zipf repeats)")
     cache_load.main(["--model", str(model_dir), *plan.cache_load_args, "--results-dir", str(results)])
-    _step(6, "schedulers: static batches against the step scheduler (Locust, streaming)")
+    _step(7, "schedulers: static batches against the step scheduler (Locust, streaming)")
     mixed.main(["--model", str(model_dir), *plan.mixed_args, "--results-dir", str(results)])
-    _step(7, "report")
+    _step(8, "report")
     report.main(["--results-dir", str(results)])
     print(f"bench finished in {time.monotonic() - started:.0f}s", file=sys.stderr)
     return 0

@@ -25,6 +25,7 @@ def test_quick_bench_writes_results_report_and_plots(tiny_model_dir: Path, tmp_p
         "load-int8-generate-greedy-u4.json",
     } <= names
     assert {"latency_by_rung.png", "fp32_vs_int8.png", "row_budget.json", "row_budget.png"} <= names
+    assert json.loads((tmp_path / "int8_kernels.json").read_text())["per_row_batch_invariant"] is True
     for server, variant, decoder in (
         ("int8", "int8", "fast"),
         ("fp32", "fp32", "fast"),
