@@ -1,5 +1,5 @@
 """The step scheduler: a sentence's ids are the same however it is scheduled (also on two partitions
-stepping at once on two threads), and admission is fair.
+stepping at once, on threads or in processes), and admission is fair.
 
 On the lively tiny stand-in, 200 sentences of mixed lengths, fp32 and int8, greedy and beam 4:
 decoded alone, then through the scheduler with requests (single sentences and 5-sentence
