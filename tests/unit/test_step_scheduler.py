@@ -35,6 +35,19 @@ def scheduler(
     return StepScheduler(translator.decoder, pad_id, row_budget, max_cohorts, document_share)
 
 
+def record_cohorts(steps: StepScheduler, monkeypatch: pytest.MonkeyPatch) -> list[list[SentenceKey]]:
+    """The sentences of each cohort the scheduler starts, in order (filled as it runs)."""
+    cohorts: list[list[SentenceKey]] = []
+    start = steps.decoder.start
+
+    def recording(owners: list[SentenceKey], *rest: Any) -> Cohort:
+        cohorts.append(list(owners))
+        return start(owners, *rest)
+
+    monkeypatch.setattr(steps.decoder, "start", recording)
+    return cohorts
+
+
 def requests_of(count: int) -> list[list[int]]:
     """Sentence indices per request: every fourth request is a 5-sentence document."""
     requests: list[list[int]] = []
@@ -98,14 +111,7 @@ def test_a_new_single_sentence_goes_ahead_of_a_documents_remaining_sentences(
     ids = translator.encode([s.source for s in sample_sentences(translator.tokenizer, 24)])
     limits = [RowLimits(12)] * len(ids)
     steps = scheduler(translator, row_budget=8)
-    admitted: list[SentenceKey] = []
-    start = steps.decoder.start
-
-    def recording(owners: list[SentenceKey], *rest: Any) -> Cohort:
-        admitted.extend(owners)
-        return start(owners, *rest)
-
-    monkeypatch.setattr(steps.decoder, "start", recording)
+    cohorts = record_cohorts(steps, monkeypatch)
     steps.submit("document", ids[:20], limits[:20], 1)
     steps.run(lambda _: True, seconds=60.0)
     assert steps.state().running_rows == 8 and steps.state().waiting_sentences == 12
@@ -115,6 +121,7 @@ def test_a_new_single_sentence_goes_ahead_of_a_documents_remaining_sentences(
         finished += [key for key, _ in steps.run(lambda _: False, seconds=60.0)]
     # Rows free up; the document and the single both have none running, so the earlier arrival
     # (the document) takes one row, then the single goes ahead of the document's other 11.
+    admitted = [key for cohort in cohorts for key in cohort]
     assert SentenceKey("single", 0) in admitted[8:10], f"admitted after the first 8: {admitted[8:11]}"
     assert sorted(key.index for key in finished if key.request == "document") == list(range(20))
 
@@ -158,14 +165,7 @@ def test_a_streamed_documents_first_sentence_runs_alone_on_an_idle_scheduler(
     ids = translator.encode([s.source for s in sample_sentences(translator.tokenizer, 12)])
     limits = [RowLimits(8)] * len(ids)
     steps = scheduler(translator, row_budget=32)
-    cohorts: list[list[SentenceKey]] = []
-    start = steps.decoder.start
-
-    def recording(owners: list[SentenceKey], *rest: Any) -> Cohort:
-        cohorts.append(list(owners))
-        return start(owners, *rest)
-
-    monkeypatch.setattr(steps.decoder, "start", recording)
+    cohorts = record_cohorts(steps, monkeypatch)
     steps.submit("streamed", ids, limits, 4, lead=1)
     steps.run(lambda _: True, seconds=60.0)
     state = steps.state()  # the other 11 wait for the lead, not for rows: no backlog
