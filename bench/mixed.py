@@ -59,7 +59,14 @@ def say(message: str) -> None:
     print(f"[mixed] {message}", file=sys.stderr, flush=True)
 
 
-def measure(name: str, args: argparse.Namespace, model_dir: Path, workdir: Path) -> dict[str, Any]:
+def measure(
+    name: str,
+    args: argparse.Namespace,
+    model_dir: Path,
+    workdir: Path,
+    bodies: tuple[list[dict[str, Any]], dict[str, Any]],
+) -> dict[str, Any]:
+    """One scheduler's phases; `bodies`: the idle phase's singles and document (idle_bodies)."""
     handler, top = SCHEDULERS[name]
     store, mar = archive_with("int8", model_dir, workdir / name, handler, top)
     figures: dict[str, Any] = {}
@@ -89,7 +96,7 @@ def measure(name: str, args: argparse.Namespace, model_dir: Path, workdir: Path)
         for beams in args.beams:
             uniform = load(f"uniform-beam{beams}", args.uniform_users, beams=beams)
             figures[f"uniform_beam{beams}"] = {key: uniform[key] for key in LOAD_KEYS}
-        figures["idle"] = idle(server, name, *idle_bodies(model_dir, args.stream_sentences))
+        figures["idle"] = idle(server, name, *bodies)
         figures["standin"] = alone["standin"]
     return figures
 
@@ -302,12 +309,12 @@ def main(argv: list[str] | None = None) -> int:
         "standin": is_standin(model_dir),
         "schedulers": {},
     }
-    singles, _ = idle_bodies(model_dir, args.stream_sentences)
-    result["in_process_one_sentence_ms"] = in_process_ms(model_dir, singles)
+    bodies = idle_bodies(model_dir, args.stream_sentences)
+    result["in_process_one_sentence_ms"] = in_process_ms(model_dir, bodies[0])
     say(f"in process: one sentence {result['in_process_one_sentence_ms']:.0f} ms")
     with tempfile.TemporaryDirectory(prefix="zh_en_mixed_") as tmp:
         for name in args.schedulers:
-            result["schedulers"][name] = measure(name, args, model_dir, Path(tmp))
+            result["schedulers"][name] = measure(name, args, model_dir, Path(tmp), bodies)
     if set(result["schedulers"]) == set(SCHEDULERS):
         result["targets"] = targets(result, args.beams)
     path = write_result("mixed", result, args.results_dir)

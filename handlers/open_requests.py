@@ -171,17 +171,21 @@ class OpenRequests:
     def _gather(self, finished: list[tuple[SentenceKey, list[int]]]) -> bool:
         """Store what finished; keep collecting until the time is up, unless a stream has a new line
         (a streaming client reads each line as it comes; the others get their answers together)."""
-        self._news_in(finished)
+        self._take(finished)
         return any(
             entry.streaming and entry.calls and entry.ready_sentences() > entry.streamed
             for entry in self._open.values()
         )
 
     def _news_in(self, finished: list[tuple[SentenceKey, list[int]]]) -> bool:
+        self._take(finished)
+        return any(self._has_news(entry) for entry in self._open.values())
+
+    def _take(self, finished: list[tuple[SentenceKey, list[int]]]) -> None:
+        """Store what the scheduler finished, taking it out of its list."""
         for key, ids in finished:
             self._store(key, ids)
         finished.clear()
-        return any(self._has_news(entry) for entry in self._open.values())
 
     def _store(self, key: SentenceKey, ids: list[int]) -> None:
         entry = self._open.get(key.request)
