@@ -64,7 +64,7 @@ def build_archive(spec: ArchiveSpec, model_hash: str) -> bool:
         {
             "model": model_hash,
             "version": spec.version,
-            "code": _digest([*_handler_files(), spec.config_file]),
+            "code": _digest([*_handler_files(), spec.config_file], root=REPO_ROOT),
         },
         sort_keys=True,
     )
@@ -72,9 +72,10 @@ def build_archive(spec: ArchiveSpec, model_hash: str) -> bool:
         return False
     with tempfile.TemporaryDirectory(prefix="zh_en_archive_") as tmp:
         package_root = Path(tmp) / "package"  # its content lands at the archive root: handlers/...
-        (package_root / "handlers").mkdir(parents=True)
         for file in _handler_files():
-            shutil.copy2(file, package_root / "handlers" / file.name)
+            target = package_root / file.relative_to(REPO_ROOT)  # handlers/<sub-package>/<module>.py
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(file, target)
         export = Path(tmp) / "export"
         export.mkdir()
         _run_archiver(spec, package_root, export)
@@ -117,7 +118,8 @@ def _run_archiver(spec: ArchiveSpec, package_root: Path, export: Path) -> None:
 
 
 def _handler_files() -> list[Path]:
-    return sorted(HANDLER_DIR.glob("*.py"))
+    """The whole handlers package, sub-packages included (the handler imports them by package path)."""
+    return sorted(path for path in HANDLER_DIR.rglob("*.py") if "__pycache__" not in path.parts)
 
 
 def model_digest(model_dir: Path) -> str:
@@ -125,10 +127,12 @@ def model_digest(model_dir: Path) -> str:
     return _digest([path for path in model_dir.iterdir() if path.is_file()])
 
 
-def _digest(files: list[Path]) -> str:
+def _digest(files: list[Path], root: Path | None = None) -> str:
+    """Names (relative to root where given, so two sub-packages' __init__.py differ) and contents."""
     digest = hashlib.sha256()
     for file in sorted(files):
-        digest.update(file.name.encode())
+        name = file.relative_to(root) if root is not None and file.is_relative_to(root) else file.name
+        digest.update(str(name).encode())
         with file.open("rb") as handle:
             for chunk in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(chunk)

@@ -21,7 +21,7 @@ import torch
 from transformers import GenerationConfig, MarianConfig, MarianMTModel, MarianTokenizer
 
 from archive.tatoeba import DEFAULT_TEST_FILE, read_blocks
-from handlers.translator import STANDIN_MARKER, STANDIN_NOTICE
+from handlers.model.translator import STANDIN_MARKER, STANDIN_NOTICE
 
 Size = Literal["full", "tiny"]
 
@@ -30,7 +30,7 @@ PAD_ID = 65000  # also the decoder start token, as in the real model
 EOS_ID = 0
 SPM_PIECES = 8000  # trained per side; the test set is too small for the real 32k
 # The real opus-mt-zh-en's target.spm has about 32k pieces: the stand-in's target side is padded to
-# that size so the target-side output layer (handlers.vocabulary) does the same work on both.
+# that size so the target-side output layer (handlers.model.vocabulary) does the same work on both.
 TARGET_PIECES = 32000
 
 # Architecture of opus-mt-zh-en; the tiny variant shrinks only the sizes.

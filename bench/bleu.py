@@ -66,8 +66,8 @@ def published(blocks: Sequence[Block]) -> Hypotheses:
 def in_process(blocks: Sequence[Block], model_dir: Path, variant: str, num_beams: int | None) -> Hypotheses:
     """The handler's own path: Translator with the archive's handler config, batches of CHUNK."""
     from handlers.handler_config import HandlerConfig
-    from handlers.request_parsing import GenerationOptions
-    from handlers.translator import Translator
+    from handlers.model.translator import Translator
+    from handlers.wire.parsing import GenerationOptions
 
     translator = Translator.load(model_dir, HandlerConfig(variant=variant))  # type: ignore[arg-type]
     options = GenerationOptions(num_beams=num_beams)

@@ -24,7 +24,7 @@ from archive.build import CONFIG_DIR, MODEL_NAME, ArchiveSpec, build_archive, mo
 from archive.model_source import resolve_model_dir
 from archive.tatoeba import REPO_ROOT, read_blocks
 from handlers.handler_config import HandlerConfig
-from handlers.translator import STANDIN_MARKER
+from handlers.model.translator import STANDIN_MARKER
 
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
 MODELS_DIR = REPO_ROOT / "build" / "models"
@@ -38,7 +38,7 @@ SCHEDULERS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "static": ({"sentence_cache_entries": 0}, {}),
     "step": (
         # One worker holds the host's work: two running batches in two processes, as the two
-        # static workers (handlers.partition_processes).
+        # static workers (handlers.scheduling.partition_processes).
         {"sentence_cache_entries": 0, "scheduler": "step", "threads": 1, "step_partitions": 2},
         {"continuousBatching": True, "minWorkers": 1, "maxWorkers": 1, "batchSize": 64},
     ),

@@ -8,7 +8,7 @@ greedy output matches ours token for token). It drops Marian's `<pad>` row (6500
 and starts the decoder from a zero embedding instead, as the original Marian model does.
 
 Vocabulary map: every conversion carries a map whose always-included line lists every target-side
-piece (handlers.vocabulary.target_token_ids, the same restriction our output layer makes), as its
+piece (handlers.model.vocabulary.target_token_ids, the same restriction our output layer makes), as its
 users turn on with `use_vmap`; the same converted model serves the rungs without and with it.
 
 Lengths: CTranslate2's max_decoding_length counts the end token and its min_decoding_length counts
@@ -102,7 +102,7 @@ def write_target_side_vmap(model_dir: Path, path: Path) -> Path:
     """A CTranslate2 vocabulary map whose one, always-included line lists every target-side piece."""
     from transformers import AutoTokenizer
 
-    from handlers.vocabulary import target_token_ids
+    from handlers.model.vocabulary import target_token_ids
 
     tokenizer: Any = AutoTokenizer.from_pretrained(model_dir)
     ids = target_token_ids(tokenizer, excluded=[tokenizer.pad_token_id]).tolist()

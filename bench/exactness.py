@@ -8,7 +8,7 @@ non-target ids suppressed (the reference) and by the fast decoder; a difference 
 whose token ids differ, reported with the step where they first part (floating-point near-ties
 are the only expected cause). Batch invariance: the fast decoder in batches of 16 and of 64
 against the same sentences alone (0 expected: int8 quantizes each row on its own range,
-handlers.row_int8). On the stand-in every output is forced to its reference length.
+handlers.model.row_int8). On the stand-in every output is forced to its reference length.
 
 Agreement (both variants run): int8's ids alone against fp32's alone, sentence by sentence. On the
 stand-in's random weights this measures how often int8 rounding flips a near-tie, not quality.
@@ -31,11 +31,11 @@ from typing import Any
 import torch
 
 from bench.common import RESULTS_DIR, is_standin, load_model_dir, sample_sentences, write_result
-from handlers.batching import pad_batch
-from handlers.decoding import FastDecoder, GenerateDecoder, RowLimits
 from handlers.handler_config import HandlerConfig, Variant
-from handlers.request_parsing import GenerationOptions
-from handlers.translator import Translator
+from handlers.model.batching import pad_batch
+from handlers.model.decoding import FastDecoder, GenerateDecoder, RowLimits
+from handlers.model.translator import Translator
+from handlers.wire.parsing import GenerationOptions
 
 BATCHES = (16, 64)
 STANDIN_NOTE = (

@@ -5,7 +5,7 @@
 Per shape (decoder rows M x in K x out N) and kernel, microseconds per call on 1 thread:
   fp32          nn.Linear (MKL)
   per_tensor    torch's dynamic int8 Linear (fbgemm): one activation scale per call, batch-dependent
-  per_row       handlers.row_int8.RowInt8Linear: fbgemm on rows mapped onto [0, 1], per-row ranges
+  per_row       handlers.model.row_int8.RowInt8Linear: fbgemm on rows mapped onto [0, 1], per-row ranges
   int_mm        per-row symmetric int8 activations through torch._int_mm, per-channel weights
   weight_only   torch._weight_int8pack_mm: int8 weights, fp32 activations (per-row by construction)
 `per_row_batch_invariant` checks the chosen kernel: every row of a 64-row call equals that row
@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from bench.common import RESULTS_DIR, write_result
-from handlers.row_int8 import RowInt8Linear
+from handlers.model.row_int8 import RowInt8Linear
 
 # (in, out) of the model's Linears: attention projections, FFN in/out, the target-side output layer.
 SHAPES = ((512, 512), (512, 2048), (2048, 512), (512, 32000))

@@ -17,7 +17,7 @@ Rungs (1 intra-op thread each):
  10. int8, batches of 16, each sentence to its own length (what the server's fast decoder does)
  11. peer: CTranslate2 int8 with the target-side vocabulary map (use_vmap), one sentence at a time
  12. peer: CTranslate2 int8 with the map, batches of 16
-Rungs 2-4 use the default fast decoder (handlers.decoding: the target-side output layer, our own loops).
+Rungs 2-4 use the default fast decoder (handlers.model.decoding: the target-side output layer, our own loops).
 Rungs 6, 7, 11 and 12 are a benchmark to measure against, never a serving option (bench.ctranslate2_peer
 converts the model at bench time, cached under build/ct2/); they need the `bench` extra's
 ctranslate2, are left out with a message where it is missing, and --no-peer leaves them out.
@@ -139,7 +139,7 @@ def pad_to_fixed(ids: Sequence[Sequence[int]], length: int, pad_id: int) -> tupl
 
 def options_for(sentences: Sequence[Sentence], beams: int, standin: bool, shared: bool = False) -> list[Any]:
     """Per-sentence options; a stand-in is forced to reference lengths (`shared`: all to the longest)."""
-    from handlers.request_parsing import GenerationOptions
+    from handlers.wire.parsing import GenerationOptions
 
     if not standin:
         return [GenerationOptions(num_beams=beams) for _ in sentences]
@@ -203,7 +203,7 @@ def _load_engine(
             label["vocabulary_map"] = "target side (every target.spm piece)"
         return (lambda group: _run_peer_group(peer, group, beams, standin)), label
     from handlers.handler_config import HandlerConfig
-    from handlers.translator import Translator
+    from handlers.model.translator import Translator
 
     config = HandlerConfig(variant=rung.variant, threads=1, warmup=False, decoder=rung.decoder)
     translator = Translator.load(model_dir, config)

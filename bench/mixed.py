@@ -48,8 +48,8 @@ from bench.common import (
 )
 from bench.load import LoadSpec, run_load
 from handlers.handler_config import HandlerConfig
-from handlers.request_parsing import GenerationOptions
-from handlers.translator import Translator
+from handlers.model.translator import Translator
+from handlers.wire.parsing import GenerationOptions
 from serving.server import TorchServe
 
 LOAD_KEYS = ("requests", "failures", "rps", "p50_ms", "p95_ms", "p99_ms")

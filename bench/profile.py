@@ -17,7 +17,7 @@ from torch.profiler import ProfilerActivity, profile
 from bench.common import RESULTS_DIR, is_standin, load_model_dir, machine, now, sample_sentences
 from bench.latency import options_for
 from handlers.handler_config import HandlerConfig
-from handlers.translator import Translator
+from handlers.model.translator import Translator
 
 
 def profile_unit(model_dir: Path, variant: str, decoder: str, beams: int, batch: int, top: int) -> str:

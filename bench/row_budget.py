@@ -19,8 +19,8 @@ from typing import Any
 from bench.common import RESULTS_DIR, is_standin, load_model_dir, machine, now, sample_sentences, write_result
 from bench.latency import options_for
 from handlers.handler_config import HandlerConfig
-from handlers.request_parsing import GenerationOptions
-from handlers.translator import Translator
+from handlers.model.translator import Translator
+from handlers.wire.parsing import GenerationOptions
 
 REPEATS = 2
 

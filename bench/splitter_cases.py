@@ -1,4 +1,4 @@
-"""Hard cases for a Chinese sentence splitter, each with the splits handlers/sentences.py's rules
+"""Hard cases for a Chinese sentence splitter, each with the splits handlers/text/splitting.py's rules
 call for (issue 8): book titles with ！ inside 《》, quotes, ellipses, numbers like 3.5, mixed
 Latin text.
 
@@ -33,7 +33,7 @@ HARD_CASES: list[tuple[str, list[str]]] = [
     ("没有标点的一句话", ["没有标点的一句话"]),
 ]
 
-# More hard cases, with the splits the rules in handlers/sentences.py call for (issue 8).
+# More hard cases, with the splits the rules in handlers/text/splitting.py call for (issue 8).
 EXTRA_CASES: list[tuple[str, list[str]]] = [
     (
         "我最喜欢《活着！》和《围城？》这两本书。你呢？",

@@ -1,4 +1,4 @@
-"""Our sentence splitter (handlers/sentences.py) against pysbd and sentencex, both with language "zh".
+"""Our sentence splitter (handlers/text/splitting.py) against pysbd and sentencex, both with language "zh".
 
     python -m bench.splitters [--seed 0] [--repeats 3] [--results-dir bench/results]
 
@@ -32,7 +32,7 @@ from archive.tatoeba import read_blocks
 from bench.common import RESULTS_DIR, write_result
 from bench.splitter_cases import EXTRA_CASES, HARD_CASES
 from bench.splitters_report import markdown
-from handlers.sentences import sentences_of, split_text
+from handlers.text.splitting import sentences_of, split_text
 
 COMMAND = "python -m bench.splitters"
 # First matching class names a case; the order puts the rarer, harder feature first.
@@ -78,7 +78,9 @@ def candidates() -> list[Candidate]:
     listing = pysbd.Segmenter(language="zh", clean=False)
     offsets = pysbd.Segmenter(language="zh", clean=False, char_span=True)
     return [
-        Candidate("ours", "handlers/sentences.py", lambda t: [p.text for p in split_text(t)], _our_spans),
+        Candidate(
+            "ours", "handlers/text/splitting.py", lambda t: [p.text for p in split_text(t)], _our_spans
+        ),
         Candidate(
             "pysbd",
             importlib.metadata.version("pysbd"),
@@ -288,7 +290,7 @@ def winner(results: dict[str, dict[str, Any]]) -> tuple[str, list[str]]:
 
 
 def beats_ours(results: dict[str, dict[str, Any]], cases: dict[str, Any]) -> list[str]:
-    """Where a library does better than handlers/sentences.py: case classes, Tatoeba F1, speed."""
+    """Where a library does better than handlers/text/splitting.py: case classes, Tatoeba F1, speed."""
     ours = results["ours"]
     lines = []
     for name, r in results.items():

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 Variant = Literal["fp32", "int8"]
-# "fast": our own greedy/beam loops over the target-side output layer (handlers.decoding);
+# "fast": our own greedy/beam loops over the target-side output layer (handlers.model.decoding);
 # "generate": transformers' generate(), kept to compare against.
 Decoder = Literal["fast", "generate"]
 Scheduler = Literal["static", "step"]
@@ -43,7 +43,7 @@ class HandlerConfig:
     max_batch_rows: int = 64
     # static: each TorchServe batch is decoded to its end. step: requests stay open across calls
     # (needs continuousBatching: true in the yaml) and their sentences join and leave the running
-    # batch one decoder step at a time (handlers.step_scheduler); max_batch_rows is then the row
+    # batch one decoder step at a time (handlers.scheduling.step_scheduler); max_batch_rows is then the row
     # budget of the running batch, max_cohorts bounds how many start positions it mixes,
     # document_share of the rows is kept for requests of several sentences while they wait, and a
     # call returns after step_slice_ms so that new requests are admitted, or at the first finished
@@ -51,7 +51,7 @@ class HandlerConfig:
     # what finished in it together: new requests would only queue, and every call costs the
     # worker a read of each open request (handlers.open_requests). step_partitions running
     # batches (each max_batch_rows) step side by side in their own processes, each with `threads`
-    # intra-op threads: on 2 cores, 2 x 1 (handlers.partitions says why).
+    # intra-op threads: on 2 cores, 2 x 1 (handlers.scheduling.partitions says why).
     scheduler: Scheduler = "static"
     step_partitions: int = 1
     max_cohorts: int = 8

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from handlers.protocols import NATIVE, Envelope
-from handlers.request_parsing import InvalidRequest
-from handlers.sentence_work import BatchFull, RequestWork
+from handlers.pipeline import BatchFull, RequestWork
+from handlers.wire.parsing import InvalidRequest
+from handlers.wire.protocols import NATIVE, Envelope
 
 
 @dataclass

@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from handlers.jobs import Job
-from handlers.partitions import Partitions
+from handlers.model.translator import Translator
+from handlers.pipeline import BatchCounts
+from handlers.scheduling.partitions import Partitions
+from handlers.scheduling.step_scheduler import SentenceKey
 from handlers.sentence_cache import CacheKey, SentenceCache, cache_key
-from handlers.sentence_work import BatchCounts
-from handlers.step_scheduler import SentenceKey
-from handlers.translator import Translator
 
 
 @dataclass(frozen=True)

@@ -25,18 +25,18 @@ from ts.metrics.dimension import Dimension
 from ts.metrics.metric_type_enum import MetricTypes
 from ts.torch_handler.base_handler import BaseHandler
 
-from handlers.decoding import FastDecoder
 from handlers.handler_config import ConfigError, HandlerConfig
-from handlers.heap_trim import IDLE_TRIM_SECONDS, IdleTrim
 from handlers.jobs import Job, admit_within
+from handlers.model.decoding import FastDecoder
+from handlers.model.heap_trim import IDLE_TRIM_SECONDS, IdleTrim
+from handlers.model.translator import STANDIN_NOTICE, Translator
 from handlers.open_requests import OpenRequests
-from handlers.partition_processes import ProcessPartitions
-from handlers.protocols import NATIVE, error_body, wrap_response
-from handlers.request_parsing import InvalidRequest, parse_request
+from handlers.pipeline import BatchCounts, SentenceDecoder, answer, plan_request
+from handlers.scheduling.partition_processes import ProcessPartitions
+from handlers.scheduling.step_scheduler import StepScheduler
 from handlers.sentence_cache import SentenceCache
-from handlers.sentence_work import BatchCounts, SentenceDecoder, answer, plan_request
-from handlers.step_scheduler import StepScheduler
-from handlers.translator import STANDIN_NOTICE, Translator
+from handlers.wire.parsing import InvalidRequest, parse_request
+from handlers.wire.protocols import NATIVE, error_body, wrap_response
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ def test_archives_hold_handler_package_config_and_label(tiny_store: Path) -> Non
             assert json.loads(mar.read("standin.json"))["name"].startswith("offline stand-in")
         assert {
             "zh_en_handler.py",
-            "handlers/translator.py",
+            "handlers/model/translator.py",
             f"zh_en_{variant}.yaml",
             "model.safetensors",
         } <= names

@@ -3,8 +3,8 @@
 On the lively tiny stand-in (outputs vary with the input and end at varied lengths), 200 test
 sentences of mixed lengths, fp32 and int8, greedy and beam 4. Batches of 16 are taken in test-set
 order, so their members differ in length and padding; units come from plan_units, as the server
-cuts them. int8 gets this from per-row activation ranges (handlers.row_int8), both variants from
-padding each sentence by its own length only (handlers.batching, handlers.cross_attention).
+cuts them. int8 gets this from per-row activation ranges (handlers.model.row_int8), both variants from
+padding each sentence by its own length only (handlers.model.batching, handlers.model.cross_attention).
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from bench.common import sample_sentences
-from handlers.batching import pad_batch, plan_units
-from handlers.decoding import RowLimits
 from handlers.handler_config import HandlerConfig, Variant
-from handlers.translator import Translator
+from handlers.model.batching import pad_batch, plan_units
+from handlers.model.decoding import RowLimits
+from handlers.model.translator import Translator
 
 SENTENCES = 200
 

@@ -121,7 +121,7 @@ def test_the_conversion_carries_the_target_side_map_and_use_vmap_keeps_to_it(
 ) -> None:
     from transformers import AutoTokenizer
 
-    from handlers.vocabulary import target_token_ids
+    from handlers.model.vocabulary import target_token_ids
 
     converted = ctranslate2_peer.convert(tiny_model_dir, tmp_path)
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)

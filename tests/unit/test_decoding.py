@@ -16,10 +16,10 @@ import pytest
 import torch
 
 from bench.common import sample_sentences
-from handlers.batching import pad_batch, plan_units
-from handlers.decoding import FastDecoder, GenerateDecoder, RowLimits, SearchRules
 from handlers.handler_config import HandlerConfig
-from handlers.translator import Translator
+from handlers.model.batching import pad_batch, plan_units
+from handlers.model.decoding import FastDecoder, GenerateDecoder, RowLimits, SearchRules
+from handlers.model.translator import Translator
 
 SENTENCES = 300
 

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from handlers.documents import plan_document
-from handlers.markup import html_segments
-from handlers.protection import mask, protect, restore
+from handlers.text.documents import plan_document
+from handlers.text.markup import html_segments
+from handlers.text.protection import mask, protect, restore
 
 
 def echo(inputs: list[str]) -> list[str]:

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from handlers.heap_trim import IdleTrim, malloc_trim
+from handlers.model.heap_trim import IdleTrim, malloc_trim
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,7 +34,7 @@ def test_trims_once_after_the_idle_time_and_not_while_busy() -> None:
 # kept, so the freed ones are holes in the heap that free() cannot hand back and a trim can.
 HOLES = """
 import torch
-from handlers.heap_trim import malloc_trim
+from handlers.model.heap_trim import malloc_trim
 from tests.unit.test_heap_trim import private_mb
 trim = malloc_trim()
 blocks = [torch.ones(30_000) for _ in range(4000)]  # 120 KB each (under the mmap threshold)

@@ -13,8 +13,8 @@ from transformers import AutoTokenizer
 
 from bench import ctranslate2_peer, ladder_targets, latency
 from bench.common import Sentence
-from handlers.batching import pad_batch
-from handlers.vocabulary import target_token_ids
+from handlers.model.batching import pad_batch
+from handlers.model.vocabulary import target_token_ids
 
 
 class FakeTranslator:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from handlers.long_sentences import fit
+from handlers.model.long_sentences import fit
 
 EOS = 0
 

@@ -19,8 +19,9 @@ from openapi_spec_validator import validate
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from handlers import protocols, request_parsing
 from handlers.handler_config import Decoder, HandlerConfig, Variant
+from handlers.wire import parsing as request_parsing
+from handlers.wire import protocols
 from handlers.zh_en_handler import TranslationHandler
 from serving.nginx_conf import FrontDoorConfig
 from serving.server import PRODUCTION_CONFIG

@@ -10,7 +10,8 @@ import pytest
 from ts.context import RequestProcessor
 
 from handlers.handler_config import HandlerConfig
-from handlers.protocols import (
+from handlers.wire.parsing import PROTOCOL_KEYS, GenerationOptions, InvalidRequest, parse_request
+from handlers.wire.protocols import (
     NATIVE,
     Envelope,
     ProtocolError,
@@ -19,7 +20,6 @@ from handlers.protocols import (
     unwrap,
     wrap_response,
 )
-from handlers.request_parsing import PROTOCOL_KEYS, GenerationOptions, InvalidRequest, parse_request
 from handlers.zh_en_handler import TranslationHandler
 from tests.unit.test_handler import make_context
 

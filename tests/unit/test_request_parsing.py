@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from handlers.handler_config import HandlerConfig
-from handlers.request_parsing import GenerationOptions, InvalidRequest, parse_request
+from handlers.wire.parsing import GenerationOptions, InvalidRequest, parse_request
 
 CONFIG = HandlerConfig(max_texts_per_request=3, max_chars_per_text=20, max_new_tokens=50)
 

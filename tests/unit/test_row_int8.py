@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from handlers.projections import Projections
-from handlers.row_int8 import RowInt8Embedding, RowInt8Linear, fuse
+from handlers.model.projections import Projections
+from handlers.model.row_int8 import RowInt8Embedding, RowInt8Linear, fuse
 
 
 def row_int8(in_features: int, out_features: int) -> RowInt8Linear:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from handlers.request_parsing import InvalidRequest
-from handlers.scripts import check_language, has_han
+from handlers.text.scripts import check_language, has_han
+from handlers.wire.parsing import InvalidRequest
 
 
 @pytest.mark.parametrize(

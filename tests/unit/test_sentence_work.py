@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from handlers.handler_config import HandlerConfig
-from handlers.request_parsing import GenerationOptions, InvalidRequest, TranslationRequest
+from handlers.model.translator import Translator
+from handlers.pipeline import RequestWork, SentenceDecoder, answer, plan_request
 from handlers.sentence_cache import SentenceCache
-from handlers.sentence_work import RequestWork, SentenceDecoder, answer, plan_request
-from handlers.translator import Translator
+from handlers.wire.parsing import GenerationOptions, InvalidRequest, TranslationRequest
 
 ARTICLE = (
     "汤姆不会同意的。汤姆和他的朋友们在公园喝醉了！\n\n是那家。汤姆不会同意的。\nSee https://example.com."

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.splitter_cases import HARD_CASES
-from handlers.sentences import join_sentences, sentences_of, split_text
+from handlers.text.splitting import join_sentences, sentences_of, split_text
 
 
 @pytest.mark.parametrize(("text", "expected"), HARD_CASES)

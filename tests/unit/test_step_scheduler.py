@@ -15,14 +15,14 @@ from typing import Any, cast
 import pytest
 
 from bench.common import sample_sentences
-from handlers.batching import pad_batch
-from handlers.decoding import FastDecoder
 from handlers.handler_config import HandlerConfig, Variant
-from handlers.partition_processes import ProcessPartitions
-from handlers.partition_threads import ThreadPartitions
-from handlers.search import Cohort, RowLimits
-from handlers.step_scheduler import SentenceKey, StepScheduler
-from handlers.translator import Translator
+from handlers.model.batching import pad_batch
+from handlers.model.decoding import FastDecoder
+from handlers.model.search import Cohort, RowLimits
+from handlers.model.translator import Translator
+from handlers.scheduling.partition_processes import ProcessPartitions
+from handlers.scheduling.partition_threads import ThreadPartitions
+from handlers.scheduling.step_scheduler import SentenceKey, StepScheduler
 
 SENTENCES = 200
 

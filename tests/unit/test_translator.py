@@ -11,12 +11,12 @@ import pytest
 import torch
 from torch import nn
 
-from handlers.batching import pad_batch, padded_width
-from handlers.decoding import FastDecoder, Released
 from handlers.handler_config import HandlerConfig
-from handlers.quantization import count_quantized_linear, drop_weight_file_pages
-from handlers.request_parsing import GenerationOptions, InvalidRequest
-from handlers.translator import Translator
+from handlers.model.batching import pad_batch, padded_width
+from handlers.model.decoding import FastDecoder, Released
+from handlers.model.quantization import count_quantized_linear, drop_weight_file_pages
+from handlers.model.translator import Translator
+from handlers.wire.parsing import GenerationOptions, InvalidRequest
 
 SENTENCES = ["汤姆不会同意的", "汤姆和他的朋友们在公园喝醉了", "是那家。"]
 

@@ -10,8 +10,8 @@ The partitions never wait for the handler: they step whenever they hold work. A 
 exchanges work with them (`submit`, `cancel`, then `run` collects what finished until the caller
 has news). A request goes wholly to the partition with the least work.
 
-Where a partition runs is the subclass's business (handlers.partition_threads,
-handlers.partition_processes); this module keeps what the handler sees: placement, what each
+Where a partition runs is the subclass's business (handlers.scheduling.partition_threads,
+handlers.scheduling.partition_processes); this module keeps what the handler sees: placement, what each
 partition last reported, and the finished sentences not yet collected. A partition's scheduler is
 touched only by the loop that steps it (`step_partition`), which receives submissions and
 cancellations as messages and reports after every step.
@@ -28,9 +28,9 @@ from typing import Any
 
 import torch
 
-from handlers.heap_trim import IDLE_TRIM_SECONDS, IdleTrim
-from handlers.search import RowLimits
-from handlers.step_scheduler import SchedulerState, SentenceKey, StepScheduler
+from handlers.model.heap_trim import IDLE_TRIM_SECONDS, IdleTrim
+from handlers.model.search import RowLimits
+from handlers.scheduling.step_scheduler import SchedulerState, SentenceKey, StepScheduler
 
 Finished = list[tuple[SentenceKey, list[int]]]
 STEP_FAILED_EXIT = 70  # EX_SOFTWARE
@@ -57,7 +57,7 @@ def step_partition(
 ) -> None:
     """Step forever: apply the messages (`receive(block)` blocks only while idle), admit, step, report.
 
-    An idle partition gives its heap back after a while (handlers.heap_trim).
+    An idle partition gives its heap back after a while (handlers.model.heap_trim).
     """
     applied, heap = 0, IdleTrim(IDLE_TRIM_SECONDS)
     with torch.inference_mode():

@@ -21,17 +21,17 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from transformers.utils import logging as transformers_logging
 
-from handlers.batching import pad_batch, plan_units
-from handlers.decoding import Decoder, RowLimits, make_decoder
 from handlers.handler_config import HandlerConfig
-from handlers.long_sentences import fit
-from handlers.quantization import (
+from handlers.model.batching import pad_batch, plan_units
+from handlers.model.decoding import Decoder, RowLimits, make_decoder
+from handlers.model.long_sentences import fit
+from handlers.model.quantization import (
     count_quantized_linear,
     drop_weight_file_pages,
     quantize_int8,
     return_freed_heap,
 )
-from handlers.request_parsing import GenerationOptions, InvalidRequest
+from handlers.wire.parsing import GenerationOptions, InvalidRequest
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class Translator:
         transformers_logging.disable_progress_bar()  # progress bars would flood the worker log
         configure_threads(config.threads)
         tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
-        # Over-long sentences are cut by handlers.long_sentences, not truncated: silence the length warning.
+        # Long sentences are cut by handlers.model.long_sentences, never truncated: silence the warning.
         tokenizer.model_max_length = sys.maxsize
         model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, local_files_only=True)
         model.eval()

@@ -1,6 +1,6 @@
 """Several projections of one input in one call: the decoder's q/k/v, and every layer's cross-attention k/v.
 
-int8 layers fuse exactly (handlers.row_int8.fuse: one row mapping and one matmul, each output
+int8 layers fuse exactly (handlers.model.row_int8.fuse: one row mapping and one matmul, each output
 equal to its own layer's bit for bit), which matters most for one sentence, where a call's fixed
 cost outweighs its arithmetic. fp32 layers run in turn and are concatenated, so their results
 stay exactly those of the model's own modules (and of generate()).
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from handlers.row_int8 import RowInt8Linear, fuse
+from handlers.model.row_int8 import RowInt8Linear, fuse
 
 
 class Concatenated(nn.Module):

@@ -6,7 +6,7 @@ measures the best budget for a host).
 
 A sentence is padded to the next multiple of PAD_MULTIPLE tokens, a width that depends on its
 own length only, so it meets the same attention shapes alone or beside any other sentence
-(handlers.cross_attention says why that matters). That costs at most 7 pad tokens per sentence,
+(handlers.model.cross_attention says why that matters). That costs at most 7 pad tokens per sentence,
 never a fixed length.
 """
 

@@ -9,7 +9,7 @@
   beam, and reorders only the self-attention cache, which differs per beam. Every row keeps its
   own min/max new tokens, so a sentence decodes as it would alone.
 
-The searches live in handlers.search (one state object per cohort of sentences that started
+The searches live in handlers.model.search (one state object per cohort of sentences that started
 together); FastDecoder encodes sentences into a cohort and steps any number of cohorts at once.
 """
 
@@ -22,12 +22,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from handlers.batching import padded_width
-from handlers.cross_attention import CrossMemory, WidthGroup
-from handlers.projections import Projections
-from handlers.row_int8 import RowInt8Linear
-from handlers.search import BeamCohort, Cohort, GreedyCohort, RowLimits, SearchRules, Vocabulary
-from handlers.vocabulary import TargetOutputLayer, target_token_ids
+from handlers.model.batching import padded_width
+from handlers.model.cross_attention import CrossMemory, WidthGroup
+from handlers.model.projections import Projections
+from handlers.model.row_int8 import RowInt8Linear
+from handlers.model.search import BeamCohort, Cohort, GreedyCohort, RowLimits, SearchRules, Vocabulary
+from handlers.model.vocabulary import TargetOutputLayer, target_token_ids
 
 __all__ = [
     "Decoder",

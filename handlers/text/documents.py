@@ -13,11 +13,11 @@ import html
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
-from handlers.markup import html_segments
-from handlers.protection import Masked, Protected, mask, protect, restore
-from handlers.request_parsing import TextFormat
-from handlers.scripts import has_han
-from handlers.sentences import Piece, join_sentences, split_text, unwrap_lines
+from handlers.text.markup import html_segments
+from handlers.text.protection import Masked, Protected, mask, protect, restore
+from handlers.text.scripts import has_han
+from handlers.text.splitting import Piece, join_sentences, split_text, unwrap_lines
+from handlers.wire.parsing import TextFormat
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from handlers.request_parsing import InvalidRequest
+from handlers.wire.parsing import InvalidRequest
 
 # Order matters: the first alternative that matches at a position wins.
 _PATTERNS = {

@@ -1,5 +1,5 @@
 """The one place that quantizes: torch's dynamic quantization (deprecated upstream in favour of torchao)
-makes the int8 weights, then every layer is swapped for its per-row form (handlers.row_int8)."""
+makes the int8 weights, then every layer is swapped for its per-row form (handlers.model.row_int8)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
 
-from handlers.row_int8 import RowInt8Embedding, RowInt8Linear
+from handlers.model.row_int8 import RowInt8Embedding, RowInt8Linear
 
 _MAP_LINE = re.compile(r"^[0-9a-f]+-[0-9a-f]+ ")
 

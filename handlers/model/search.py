@@ -1,10 +1,10 @@
 """Search state of a cohort: sentences that started decoding at the same step.
 
 A cohort's rows share one position, so they share one self-attention cache length and attend
-without padding (padding would not be bit-stable, see handlers.cross_attention). The decoder
-steps many cohorts at once (handlers.decoding.FastDecoder.step): the linear layers see every
+without padding (padding would not be bit-stable, see handlers.model.cross_attention). The decoder
+steps many cohorts at once (handlers.model.decoding.FastDecoder.step): the linear layers see every
 row of every cohort, attention and the search see one cohort. A static batch is one cohort; the
-step scheduler (handlers.step_scheduler) starts a new cohort whenever rows free up.
+step scheduler (handlers.scheduling.step_scheduler) starts a new cohort whenever rows free up.
 
 Both searches follow generate()'s rules step for step: log-softmax (beam search), then
 min-new-tokens (eos banned) and forced eos at the last position; top 2 x beams candidates;
@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
-from handlers.cross_attention import CrossMemory
+from handlers.model.cross_attention import CrossMemory
 
 NEG = -1.0e9  # generate()'s "never pick this" score, added the same way so sums round the same
 KeyValues = tuple[torch.Tensor, torch.Tensor]

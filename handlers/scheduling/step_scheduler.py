@@ -3,7 +3,7 @@
 A static batch runs to its end: a one-sentence request that shares it with a document waits for
 the whole document, and rows go idle as sentences finish. Here a sentence joins the running
 batch as soon as rows free up and leaves it the step it ends. Sentences that start together form
-a cohort (handlers.search): they share a position, so nothing is padded and every sentence gets
+a cohort (handlers.model.search): they share a position, so nothing is padded and every sentence gets
 the ids it gets alone (the linear layers see all rows, per-row int8 keeps rows independent).
 
 Admission policy (`admit`): while the row budget (sentences x beams) has room and fewer than
@@ -21,7 +21,7 @@ large as the other requests make it: on an idle server the first streamed line c
 sentence's latency, and the document as a whole is later by about that much.
 
 One StepScheduler is one running batch, driven by one thread: in the worker, its partition's
-loop in handlers.partitions (`submit`/`cancel`, then `admit` and `step`); in tests and
+loop in handlers.scheduling.partitions (`submit`/`cancel`, then `admit` and `step`); in tests and
 benchmarks, `run` steps it until the caller has what it waits for.
 """
 
@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from handlers.batching import pad_batch
-from handlers.decoding import FastDecoder
-from handlers.search import Cohort, RowLimits
+from handlers.model.batching import pad_batch
+from handlers.model.decoding import FastDecoder
+from handlers.model.search import Cohort, RowLimits
 
 
 @dataclass(frozen=True)

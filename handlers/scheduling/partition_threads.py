@@ -3,8 +3,8 @@
 torch releases the GIL inside its operations, but the Python between them (the search, the
 scheduler, the handler's calls) holds it: two partition threads and TorchServe's main thread take
 turns running Python (bench/results/profile-step-scheduler.txt), which is why the worker runs its
-partitions as processes (handlers.partition_processes). Both step the same StepScheduler the same
-way (handlers.partitions.step_partition), so a sentence's ids are the same on either.
+partitions as processes (handlers.scheduling.partition_processes). Both step the same StepScheduler the same
+way (handlers.scheduling.partitions.step_partition), so a sentence's ids are the same on either.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import os
 import threading
 from collections.abc import Sequence
 
-from handlers.partitions import STEP_FAILED_EXIT, Message, Partitions, StepReport, step_partition
-from handlers.step_scheduler import StepScheduler
+from handlers.scheduling.partitions import STEP_FAILED_EXIT, Message, Partitions, StepReport, step_partition
+from handlers.scheduling.step_scheduler import StepScheduler
 
 logger = logging.getLogger(__name__)
 

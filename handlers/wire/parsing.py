@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from handlers import protocols
 from handlers.handler_config import HandlerConfig
-from handlers.protocols import NATIVE, Envelope
+from handlers.wire import protocols
+from handlers.wire.protocols import NATIVE, Envelope
 
 OPTION_KEYS = ("num_beams", "max_new_tokens", "min_new_tokens")
 # "sentences": also answer the aligned (source, translation) sentence pairs; "format": text or html.

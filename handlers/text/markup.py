@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from html.parser import HTMLParser
 
-from handlers.protection import Protected, protect
+from handlers.text.protection import Protected, protect
 
 # fmt: off
 INLINE = frozenset([

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from handlers.request_parsing import InvalidRequest
+from handlers.wire.parsing import InvalidRequest
 
 HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f]")
 KANA = re.compile(r"[\u3041-\u3096\u30a1-\u30fa\u30fc\u31f0-\u31ff\uff66-\uff9d]")

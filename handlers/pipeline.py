@@ -1,6 +1,6 @@
 """One request's texts on their way through the model: plan, encode, decode (through the cache), answer.
 
-plan_request() splits every text of a request into sentences (handlers.documents), refuses
+plan_request() splits every text of a request into sentences (handlers.text.documents), refuses
 Japanese/Korean texts, encodes the sentences the model must decode (cutting over-long ones) and
 checks the request's limits. SentenceDecoder decodes the sentences of a whole TorchServe batch
 together (every request's, grouped by length by Translator.translate_batch), skipping those
@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from handlers.documents import Document, plan_document
-from handlers.request_parsing import GenerationOptions, InvalidRequest, TranslationRequest
-from handlers.scripts import check_language
+from handlers.model.translator import Translator
 from handlers.sentence_cache import CacheKey, SentenceCache, cache_key
-from handlers.translator import Translator
+from handlers.text.documents import Document, plan_document
+from handlers.text.scripts import check_language
+from handlers.wire.parsing import GenerationOptions, InvalidRequest, TranslationRequest
 
 
 class BatchFull(InvalidRequest):

@@ -1,6 +1,6 @@
 """Cross-attention memory: each sentence's encoder keys and values, grouped by padded width.
 
-A sentence is padded to a width that depends on its own length only (handlers.batching), and
+A sentence is padded to a width that depends on its own length only (handlers.model.batching), and
 attends over its encoder output together with the other sentences of that width, never padded
 further for a longer neighbour. Attention over extra padding is not bit-stable (the softmax and
 its sums change order with the width), and int8 rounding can turn a last-bit change into another

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from handlers.row_int8 import RowInt8Linear
+from handlers.model.row_int8 import RowInt8Linear
 
 
 def target_token_ids(tokenizer: Any, excluded: Iterable[int] = ()) -> torch.Tensor:

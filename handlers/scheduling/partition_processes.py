@@ -28,8 +28,8 @@ from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 from typing import NoReturn
 
-from handlers.partitions import STEP_FAILED_EXIT, Message, Partitions, step_partition
-from handlers.step_scheduler import StepScheduler
+from handlers.scheduling.partitions import STEP_FAILED_EXIT, Message, Partitions, step_partition
+from handlers.scheduling.step_scheduler import StepScheduler
 
 logger = logging.getLogger(__name__)
 PR_SET_PDEATHSIG = 1

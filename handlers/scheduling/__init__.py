@@ -1,0 +1,1 @@
+"""Decoding step by step across requests (scheduler: step): the scheduler and its partitions. No HTTP."""

@@ -1,0 +1,1 @@
+"""Text in and text out: sentences, protected spans, markup, scripts and documents. No torch, no HTTP."""
