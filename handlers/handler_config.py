@@ -14,7 +14,8 @@ from typing import Any, Literal, get_args
 Variant = Literal["fp32", "int8"]
 # "fast": our own greedy/beam loops over the target-side output layer (handlers.model.decoding);
 # "generate": transformers' generate(), kept to compare against.
-Decoder = Literal["fast", "generate"]
+DecoderName = Literal["fast", "generate"]
+DECODER_NAMES: tuple[DecoderName, ...] = get_args(DecoderName)  # the registry: choices, yaml, benches
 Scheduler = Literal["static", "step"]
 
 # The model's positional limit: opus-mt-zh-en has max_position_embeddings 512.
@@ -37,7 +38,7 @@ class HandlerConfig:
     threads: int = 1
     warmup: bool = True
     num_beams: int | None = None
-    decoder: Decoder = "fast"
+    decoder: DecoderName = "fast"
     # Row budget of one decode unit: texts x beams decoded together. A TorchServe batch is cut into
     # units of at most this many rows, grouped by input length (bench.layout measures it).
     max_batch_rows: int = 64
@@ -86,8 +87,8 @@ class HandlerConfig:
     def __post_init__(self) -> None:
         if self.variant not in get_args(Variant):
             raise ConfigError(f"variant must be one of {get_args(Variant)}, got {self.variant!r}")
-        if self.decoder not in get_args(Decoder):
-            raise ConfigError(f"decoder must be one of {get_args(Decoder)}, got {self.decoder!r}")
+        if self.decoder not in DECODER_NAMES:
+            raise ConfigError(f"decoder must be one of {DECODER_NAMES}, got {self.decoder!r}")
         _require(self.threads >= 1, "threads must be >= 1")
         _require(self.max_batch_rows >= 1, "max_batch_rows must be >= 1")
         if self.scheduler not in get_args(Scheduler):
@@ -146,7 +147,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "float": (int, float),
     "bool": (bool,),
     "Variant": (str,),
-    "Decoder": (str,),
+    "DecoderName": (str,),
     "Scheduler": (str,),
 }
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from handlers.pipeline import BatchFull, RequestWork
-from handlers.wire.parsing import InvalidRequest
+from handlers.pipeline import RequestWork
+from handlers.wire.errors import Busy, InvalidRequest
 from handlers.wire.protocols import NATIVE, Envelope
 
 
@@ -17,10 +17,14 @@ from handlers.wire.protocols import NATIVE, Envelope
 class Job:
     """One request of a TorchServe batch: its planned work, or the client error that ended it."""
 
+    # How the request came in (native, v1, v2): its answer, or its error, is wrapped to match.
+    # The one place the envelope is kept; it is known as soon as the body is read.
+    protocol: Envelope = NATIVE
     work: RequestWork | None = None
     error: InvalidRequest | None = None
-    # How the request came in (native, v1, v2): its answer, or its error, is wrapped to match.
-    protocol: Envelope = NATIVE
+
+    def refuse(self, error: InvalidRequest) -> None:
+        self.work, self.error = None, error
 
 
 def admit_within(jobs: list[Job], max_sentences: int) -> None:
@@ -34,6 +38,6 @@ def admit_within(jobs: list[Job], max_sentences: int) -> None:
             continue
         sentences = len(job.work.chunks)
         if queued and queued + sentences > max_sentences:
-            job.work, job.error = None, BatchFull(queued, max_sentences)
+            job.refuse(Busy(queued, max_sentences))
             continue
         queued += sentences

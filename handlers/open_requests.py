@@ -201,7 +201,7 @@ class OpenRequests:
             self.first_sentence_ms.append((time.monotonic() - entry.opened) * 1000)
 
     def _finish(self, entry: _Open) -> None:
-        """Fill the request's outputs as sentence_work.answer expects them."""
+        """Fill the request's outputs as pipeline.text_answers expects them."""
         work = entry.job.work
         assert work is not None
         start = 0

@@ -1,37 +1,25 @@
-"""One request's texts on their way through the model: plan, encode, decode (through the cache), answer.
+"""One request's texts on their way through the model: plan, decode (through the cache), render.
 
 plan_request() splits every text of a request into sentences (handlers.text.documents), refuses
 Japanese/Korean texts, encodes the sentences the model must decode (cutting over-long ones) and
-checks the request's limits. SentenceDecoder decodes the sentences of a whole TorchServe batch
-together (every request's, grouped by length by Translator.translate_batch), skipping those
-in the cache. answer() renders each text back and builds the response body.
+checks the request's limits. CachedDecoding decodes the sentences of a whole TorchServe batch
+together (every request's, grouped by length by Translator.translate_batch), skipping those in
+the cache. text_answers() renders each text back around its translations, for the wire edge.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from handlers.errors import OverLimit
+from handlers.model.options import GenerationOptions
 from handlers.model.translator import Translator
 from handlers.sentence_cache import CacheKey, SentenceCache, cache_key
 from handlers.text.documents import Document, plan_document
 from handlers.text.scripts import check_language
-from handlers.wire.parsing import GenerationOptions, InvalidRequest, TranslationRequest
-
-
-class BatchFull(InvalidRequest):
-    """Not the client's fault: this batch already holds all the sentences it may decode."""
-
-    kind = "Busy"
-    retry_after = 1
-
-    def __init__(self, queued: int, limit: int) -> None:
-        super().__init__(
-            f"the server is busy: this batch already holds {queued} sentences "
-            f"(max_sentences_per_batch {limit}); retry shortly",
-            status=503,
-        )
+from handlers.wire.parsing import TranslationRequest
+from handlers.wire.responses import CutSentence, SentenceAnswer, TextAnswer
 
 
 @dataclass
@@ -64,17 +52,16 @@ def plan_request(request: TranslationRequest, translator: Translator) -> Request
         documents.append(plan_document(text, request.text_format))
     inputs = [sentence for document in documents for sentence in document.model_inputs]
     if len(inputs) > config.max_sentences_per_request:
-        raise InvalidRequest(
+        raise OverLimit(
             f"request has {len(inputs)} sentences to translate > max_sentences_per_request "
-            f"({config.max_sentences_per_request}); send the text in several requests",
-            status=413,
+            f"({config.max_sentences_per_request}); send the text in several requests"
         )
     chunks = translator.encode_sentences(inputs)
     translator.check_cost([chunk for sentence in chunks for chunk in sentence], request.options)
     return RequestWork(request, documents, chunks)
 
 
-class SentenceDecoder:
+class CachedDecoding:
     """Decodes sentence chunks for a worker, answering repeats from its LRU cache."""
 
     def __init__(self, translator: Translator, cache: SentenceCache, model_tag: str) -> None:
@@ -128,55 +115,27 @@ class SentenceDecoder:
         return texts, hits
 
 
-def answer(work: RequestWork, max_input_tokens: int) -> dict[str, Any]:
-    """The native response body (identity fields are added by the handler)."""
-    translations: list[str] = []
-    warnings: list[dict[str, Any]] = []
-    pairs: list[list[dict[str, Any]]] = []
+def text_answers(work: RequestWork) -> list[TextAnswer]:
+    """Each text rebuilt around its decoded sentences (outputs and cached filled by decoding)."""
+    answers = []
     start = 0
-    for index, document in enumerate(work.documents):
+    for document in work.documents:
         end = start + len(document.model_inputs)
         rendered = document.render(work.outputs[start:end])
-        translations.append(rendered.text)
-        warnings += [_dropped_warning(index, span) for span in rendered.dropped]
-        cut = [chunks for chunks in work.chunks[start:end] if len(chunks) > 1]
-        warnings += [_cut_warning(index, chunks, max_input_tokens) for chunks in cut]
         cached = iter(work.cached[start:end])
-        pairs.append(
-            [
-                {**pair.__dict__, "cached": next(cached) if pair.translated else False}
-                for pair in rendered.pairs
-            ]
+        sentences = [
+            SentenceAnswer(pair.source, pair.translation, pair.translated, pair.translated and next(cached))
+            for pair in rendered.pairs
+        ]
+        cut = [
+            CutSentence(sum(len(chunk) for chunk in chunks), len(chunks))
+            for chunks in work.chunks[start:end]
+            if len(chunks) > 1
+        ]
+        answers.append(
+            TextAnswer(
+                rendered.text, sentences, rendered.dropped, cut, end - start, sum(work.cached[start:end])
+            )
         )
         start = end
-    body: dict[str, Any] = (
-        {"translations": translations} if work.request.as_list else {"translation": translations[0]}
-    )
-    body["stats"] = {
-        "sentences": sum(len(sentences) for sentences in pairs),
-        "translated": len(work.outputs),
-        "cached": sum(work.cached),
-    }
-    body["untranslated"] = [index for index, document in enumerate(work.documents) if not document.translated]
-    body["warnings"] = warnings
-    if work.request.want_sentences:
-        body["sentences"] = pairs if work.request.as_list else pairs[0]
-    return body
-
-
-def _dropped_warning(text: int, span: str) -> dict[str, Any]:
-    return {
-        "text": text,
-        "code": "placeholder_restored",
-        "message": f"the model dropped the protected text {span[:80]!r}; it was appended to its sentence",
-    }
-
-
-def _cut_warning(text: int, chunks: list[list[int]], limit: int) -> dict[str, Any]:
-    tokens = sum(len(chunk) for chunk in chunks)
-    return {
-        "text": text,
-        "code": "sentence_cut",
-        "message": f"a sentence of about {tokens} tokens is over the model's {limit}-token limit; "
-        f"it was translated in {len(chunks)} parts",
-    }
+    return answers

@@ -25,18 +25,21 @@ from ts.metrics.dimension import Dimension
 from ts.metrics.metric_type_enum import MetricTypes
 from ts.torch_handler.base_handler import BaseHandler
 
+from handlers.errors import Refused
 from handlers.handler_config import ConfigError, HandlerConfig
 from handlers.jobs import Job, admit_within
 from handlers.model.decoding import FastDecoder
 from handlers.model.heap_trim import IDLE_TRIM_SECONDS, IdleTrim
 from handlers.model.translator import STANDIN_NOTICE, Translator
 from handlers.open_requests import OpenRequests
-from handlers.pipeline import BatchCounts, SentenceDecoder, answer, plan_request
+from handlers.pipeline import BatchCounts, CachedDecoding, plan_request, text_answers
 from handlers.scheduling.partition_processes import ProcessPartitions
 from handlers.scheduling.step_scheduler import StepScheduler
 from handlers.sentence_cache import SentenceCache
-from handlers.wire.parsing import InvalidRequest, parse_request
-from handlers.wire.protocols import NATIVE, error_body, wrap_response
+from handlers.wire.errors import InvalidRequest, client_error
+from handlers.wire.parsing import parse_request, read_body
+from handlers.wire.protocols import error_body, wrap_response
+from handlers.wire.responses import native_body
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +50,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
     def __init__(self) -> None:
         super().__init__()
         self.translator: Translator | None = None
-        self.sentences: SentenceDecoder | None = None
+        self.sentences: CachedDecoding | None = None
         self.open_requests: OpenRequests | None = None  # scheduler: step
         self._gauged = 0.0  # when the scheduler gauges were last reported
         self.heap = IdleTrim(IDLE_TRIM_SECONDS)
@@ -60,7 +63,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         self.identity = self._identity(context, config)
         cache = SentenceCache(config.sentence_cache_entries, config.sentence_cache_bytes)
         model_tag = f"{self.identity['model']}/{self.identity['version']}/{config.variant}"
-        self.sentences = SentenceDecoder(self.translator, cache, model_tag)
+        self.sentences = CachedDecoding(self.translator, cache, model_tag)
         if config.scheduler == "step":
             self.open_requests = self._open_requests(context, cache, model_tag)
         info = self.translator.info
@@ -103,7 +106,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
             if not self.open_requests.is_open(request):
                 job = self._prepare(item)
                 if context.get_request_header(index, "explain") == "True" and job.work is not None:
-                    job.work, job.error = None, InvalidRequest(NO_EXPLANATIONS, status=501)
+                    job.refuse(InvalidRequest(NO_EXPLANATIONS, status=501))
                 self._set_head(index, job)
                 self.open_requests.open(request, job)
         config = self.translator.config
@@ -134,21 +137,28 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         """`:explain` routes reach the handler too; a translation model has nothing to explain."""
         for job in jobs:
             if job.work is not None:
-                job.work, job.error = None, InvalidRequest(NO_EXPLANATIONS, status=501)
+                job.refuse(InvalidRequest(NO_EXPLANATIONS, status=501))
         return self.postprocess(jobs)
 
     def postprocess(self, jobs: list[Job]) -> list[dict[str, Any]]:
         return [self._respond(index, job) for index, job in enumerate(jobs)]
 
     def _prepare(self, item: dict[str, Any]) -> Job:
+        """Wire in (the envelope first, so that any error is answered in its shape), then the plan.
+
+        Text and model code refuse in their own terms (handlers.errors); the status is chosen here.
+        """
         assert self.translator is not None
-        protocol = NATIVE
+        job = Job()
         try:
-            request = parse_request(item, self.translator.config)
-            protocol = request.protocol
-            return Job(plan_request(request, self.translator), protocol=protocol)
+            job.protocol, payload = read_body(item)
+            request = parse_request(job.protocol, payload, self.translator.config)
+            job.work = plan_request(request, self.translator)
         except InvalidRequest as error:
-            return Job(error=error, protocol=error.protocol or protocol)
+            job.refuse(error)
+        except Refused as refusal:
+            job.refuse(client_error(refusal))
+        return job
 
     def _respond(self, index: int, job: Job) -> dict[str, Any]:
         self._set_head(index, job)
@@ -173,7 +183,11 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         if job.work is None:
             assert job.error is not None
             return error_body(job.protocol, job.error.status, job.error.message, job.error.kind)
-        body = answer(job.work, self.translator.config.max_input_tokens)
+        request = job.work.request
+        answers = text_answers(job.work)
+        body = native_body(
+            answers, request.as_list, request.want_sentences, self.translator.config.max_input_tokens
+        )
         return wrap_response(job.protocol, {**body, **self.identity})
 
     def _open_requests(self, context: Any, cache: SentenceCache, model_tag: str) -> OpenRequests:

@@ -15,13 +15,14 @@ together); FastDecoder encodes sentences into a cohort and steps any number of c
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from handlers.handler_config import DecoderName
 from handlers.model.batching import padded_width
 from handlers.model.cross_attention import CrossMemory, WidthGroup
 from handlers.model.projections import Projections
@@ -37,6 +38,7 @@ __all__ = [
     "RowLimits",
     "SearchRules",
     "make_decoder",
+    "release_copied_layers",
 ]
 
 
@@ -228,29 +230,52 @@ def _runs(order: Sequence[int], widths: Sequence[int]) -> list[tuple[int, list[i
     return runs
 
 
-def make_decoder(name: str, model: Any, tokenizer: Any) -> Decoder:
-    """The one place the decoder is chosen (at load time, from the yaml's `decoder:`)."""
-    rules = SearchRules.of(model.generation_config)
-    if name == "generate":
-        return GenerateDecoder(model, rules)
-    if name != "fast":
-        raise ValueError(f"unknown decoder {name!r}: use 'fast' or 'generate'")
+def _fast(model: Any, tokenizer: Any) -> FastDecoder:
     bad_words = [i for ids in (model.generation_config.bad_words_ids or []) for i in ids]
     ids = target_token_ids(tokenizer, excluded=[tokenizer.pad_token_id, *bad_words])
     output = TargetOutputLayer(model.lm_head, model.final_logits_bias, ids)
-    decoder = FastDecoder(model, output, rules)
-    if isinstance(model.lm_head, RowInt8Linear):
-        # int8 layers the decoder now holds its own copies of (the target-side head, fused
-        # projections) are released, so no weight is kept twice. fp32 ones are shared, not copied.
-        model.lm_head = Released("the full int8 output layer")
-        for layer in decoder.layers:
-            for attention, names in (
-                (layer.self_attn, ("q_proj", "k_proj", "v_proj")),
-                (layer.encoder_attn, ("k_proj", "v_proj")),
-            ):
-                for name in names:
-                    setattr(attention, name, Released(f"the decoder's int8 {name}"))
-    return decoder
+    return FastDecoder(model, output, SearchRules.of(model.generation_config))
+
+
+def _generate(model: Any, tokenizer: Any) -> GenerateDecoder:
+    return GenerateDecoder(model, SearchRules.of(model.generation_config))
+
+
+# The registry: one builder per name the yaml's `decoder:` accepts (handler_config.DECODER_NAMES).
+DECODERS: dict[DecoderName, Callable[[Any, Any], Decoder]] = {"fast": _fast, "generate": _generate}
+
+
+def make_decoder(name: DecoderName, model: Any, tokenizer: Any) -> Decoder:
+    """The one place the decoder is chosen (at load time, from the yaml's `decoder:`).
+
+    The model is left whole: a fast decoder over int8 layers holds copies of some of them, and
+    only release_copied_layers() (the server's load) frees the originals.
+    """
+    if name not in DECODERS:
+        raise ValueError(f"unknown decoder {name!r}: use one of {list(DECODERS)}")
+    return DECODERS[name](model, tokenizer)
+
+
+def release_copied_layers(model: Any, decoder: Decoder) -> int:
+    """Free the int8 layers a fast decoder holds its own copies of; return how many were released.
+
+    The target-side output layer and the fused projections are new int8 tensors, so keeping the
+    originals would hold those weights twice. fp32 layers are shared, not copied: nothing to free.
+    Afterwards the model cannot run generate() or forward() (a Released layer says why).
+    """
+    if not isinstance(decoder, FastDecoder) or not isinstance(model.lm_head, RowInt8Linear):
+        return 0
+    model.lm_head = Released("the full int8 output layer")
+    released = 1
+    for layer in decoder.layers:
+        for attention, names in (
+            (layer.self_attn, ("q_proj", "k_proj", "v_proj")),
+            (layer.encoder_attn, ("k_proj", "v_proj")),
+        ):
+            for name in names:
+                setattr(attention, name, Released(f"the decoder's int8 {name}"))
+                released += 1
+    return released
 
 
 class Released(nn.Module):

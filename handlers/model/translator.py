@@ -21,17 +21,18 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from transformers.utils import logging as transformers_logging
 
+from handlers.errors import OverLimit
 from handlers.handler_config import HandlerConfig
 from handlers.model.batching import pad_batch, plan_units
-from handlers.model.decoding import Decoder, RowLimits, make_decoder
+from handlers.model.decoding import Decoder, RowLimits, make_decoder, release_copied_layers
 from handlers.model.long_sentences import fit
+from handlers.model.options import GenerationOptions
 from handlers.model.quantization import (
     count_quantized_linear,
     drop_weight_file_pages,
     quantize_int8,
     return_freed_heap,
 )
-from handlers.wire.parsing import GenerationOptions, InvalidRequest
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +98,7 @@ class Translator:
             load_seconds=0.0,
         )
         decoder = make_decoder(config.decoder, model, tokenizer)
+        release_copied_layers(model, decoder)  # a server keeps no int8 weight twice
         return_freed_heap()  # what building the decoder released (an int8 model's full output layer)
         translator = cls(model, tokenizer, config, info, decoder)
         if config.warmup:
@@ -106,14 +108,13 @@ class Translator:
         return translator
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
-        """Token ids without padding; a text over the model's limit is a client error, never truncated."""
+        """Token ids without padding; a text over the limit is refused (OverLimit), never truncated."""
         ids = self._encode_plain(texts)
         for index, row in enumerate(ids):
             if len(row) > self.config.max_input_tokens:
-                raise InvalidRequest(
+                raise OverLimit(
                     f"text {index} has {len(row)} tokens > max_input_tokens "
-                    f"({self.config.max_input_tokens}); split it into sentences",
-                    status=413,
+                    f"({self.config.max_input_tokens}); split it into sentences"
                 )
         return ids
 
@@ -176,10 +177,9 @@ class Translator:
     def check_cost(self, ids: Sequence[Sequence[int]], options: GenerationOptions) -> None:
         cost, limit = self.decode_cost(ids, options), self.config.max_decode_tokens_per_request
         if cost > limit:
-            raise InvalidRequest(
+            raise OverLimit(
                 f"request asks for {cost} decode steps (beams x max new tokens, summed over texts) "
-                f"> max_decode_tokens_per_request ({limit}); send fewer texts, beams or max_new_tokens",
-                status=413,
+                f"> max_decode_tokens_per_request ({limit}); send fewer texts, beams or max_new_tokens"
             )
 
     def row_limits(self, options: GenerationOptions, input_tokens: int) -> RowLimits:

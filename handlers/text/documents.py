@@ -12,12 +12,15 @@ from __future__ import annotations
 import html
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Literal, get_args
 
 from handlers.text.markup import html_segments
 from handlers.text.protection import Masked, Protected, mask, protect, restore
 from handlers.text.scripts import has_han
 from handlers.text.splitting import Piece, join_sentences, split_text, unwrap_lines
-from handlers.wire.parsing import TextFormat
+
+TextFormat = Literal["text", "html"]
+TEXT_FORMATS: tuple[TextFormat, ...] = get_args(TextFormat)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from handlers.wire.parsing import InvalidRequest
+from handlers.errors import TooManyProtectedSpans
 
 # Order matters: the first alternative that matches at a position wins.
 _PATTERNS = {
@@ -60,7 +60,9 @@ class Protected:
 
     def slot_for(self, span: str) -> str:
         if _FIRST_SLOT + len(self.spans) > _LAST_SLOT:
-            raise InvalidRequest(f"more than {_LAST_SLOT - _FIRST_SLOT + 1} protected spans in one text")
+            raise TooManyProtectedSpans(
+                f"more than {_LAST_SLOT - _FIRST_SLOT + 1} protected spans in one text"
+            )
         self.spans.append(span)
         return chr(_FIRST_SLOT + len(self.spans) - 1)
 

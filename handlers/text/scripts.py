@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from handlers.wire.parsing import InvalidRequest
+from handlers.errors import UnsupportedLanguage
 
 HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f]")
 KANA = re.compile(r"[\u3041-\u3096\u30a1-\u30fa\u30fc\u31f0-\u31ff\uff66-\uff9d]")
@@ -27,13 +27,12 @@ def has_han(text: str) -> bool:
 
 
 def check_language(text: str, where: str) -> None:
-    """Raise a 422 for a text that is mostly Japanese or Korean."""
+    """Refuse a text that is mostly Japanese or Korean (UnsupportedLanguage)."""
     han = len(HAN.findall(text))
     for name, letters in (("Japanese kana", KANA), ("Korean hangul", HANGUL)):
         count = len(letters.findall(text))
         if count and count / (count + han) > FOREIGN_SHARE:
-            raise InvalidRequest(
+            raise UnsupportedLanguage(
                 f"{where} looks like {name.split()[0]}: {count} of its {count + han} CJK letters are "
-                f"{name}; this model translates Chinese only",
-                status=422,
+                f"{name}; this model translates Chinese only"
             )

@@ -1,9 +1,11 @@
 """Turn one TorchServe request into a validated TranslationRequest, or an InvalidRequest.
 
-TorchServe hands each request over as a dict of named parameters: a JSON body
-arrives parsed under "body" (or "data"), a text/* body as str, anything else
-(including JSON that failed to parse, or text that is not UTF-8) as bytes.
-A v1/v2 (Open Inference Protocol) body is unwrapped into our native shape first.
+Two steps, so that the protocol is known before anything can fail in its shape:
+read_body() decodes the body and names its protocol (an error there is answered natively);
+parse_request() unwraps a v1/v2 (Open Inference Protocol) body into our native shape and
+validates it once. TorchServe hands each request over as a dict of named parameters: a JSON
+body arrives parsed under "body" (or "data"), a text/* body as str, anything else (including
+JSON that failed to parse, or text that is not UTF-8) as bytes.
 """
 
 from __future__ import annotations
@@ -11,11 +13,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any
 
 from handlers.handler_config import HandlerConfig
+from handlers.model.options import GenerationOptions
+from handlers.text.documents import TEXT_FORMATS, TextFormat
 from handlers.wire import protocols
-from handlers.wire.protocols import NATIVE, Envelope
+from handlers.wire.errors import InvalidRequest
+from handlers.wire.protocols import Envelope
 
 OPTION_KEYS = ("num_beams", "max_new_tokens", "min_new_tokens")
 # "sentences": also answer the aligned (source, translation) sentence pairs; "format": text or html.
@@ -23,31 +28,6 @@ DOCUMENT_KEYS = ("sentences", "format")
 # What v1/v2 bodies may carry as parameters; streaming ("stream", scheduler: step) is native only.
 PROTOCOL_KEYS = (*OPTION_KEYS, *DOCUMENT_KEYS)
 ALLOWED_KEYS = ("text", *PROTOCOL_KEYS, "stream")
-TextFormat = Literal["text", "html"]
-TEXT_FORMATS: tuple[str, ...] = get_args(TextFormat)
-
-
-class InvalidRequest(Exception):
-    """A client error: carries the HTTP status and a message that names the problem."""
-
-    kind = "InvalidRequest"  # the "type" of the JSON error
-    retry_after: int | None = None  # seconds, sent as Retry-After
-
-    def __init__(self, message: str, status: int = 400, protocol: Envelope | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        # Set once the body's protocol is known, so the error is answered in that protocol's shape.
-        self.protocol = protocol
-
-
-@dataclass(frozen=True)
-class GenerationOptions:
-    """Per-request overrides; None means the handler's default."""
-
-    num_beams: int | None = None
-    max_new_tokens: int | None = None
-    min_new_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -56,26 +36,27 @@ class TranslationRequest:
     # True when the client sent a list under "text": the response then carries a list too.
     as_list: bool
     options: GenerationOptions
-    protocol: Envelope = NATIVE
     text_format: TextFormat = "text"
     want_sentences: bool = False
     stream: bool = False
 
 
-def parse_request(item: Mapping[str, Any], config: HandlerConfig) -> TranslationRequest:
-    """Validate one request of a batch; raise InvalidRequest with a client-facing message."""
+def read_body(item: Mapping[str, Any]) -> tuple[Envelope, Any]:
+    """The protocol one request of a batch speaks, and its decoded body (not yet validated)."""
     payload = _decode_body(_body_of(item))
-    protocol = protocols.detect(payload)
+    return protocols.detect(payload), payload
+
+
+def parse_request(envelope: Envelope, payload: Any, config: HandlerConfig) -> TranslationRequest:
+    """Validate a decoded body once, in our native shape; raise InvalidRequest naming the problem."""
     try:
-        return _parse_payload(protocols.unwrap(protocol, payload, PROTOCOL_KEYS), protocol, config)
+        native = protocols.unwrap(envelope, payload, PROTOCOL_KEYS)
     except protocols.ProtocolError as error:
-        raise InvalidRequest(str(error), protocol=protocol) from None
-    except InvalidRequest as error:
-        error.protocol = protocol
-        raise
+        raise InvalidRequest(str(error)) from None
+    return _parse_payload(native, config)
 
 
-def _parse_payload(payload: Any, protocol: Envelope, config: HandlerConfig) -> TranslationRequest:
+def _parse_payload(payload: Any, config: HandlerConfig) -> TranslationRequest:
     if isinstance(payload, str):
         return _validated(TranslationRequest((payload,), False, GenerationOptions()), config)
     if not isinstance(payload, dict):
@@ -105,7 +86,7 @@ def _parse_payload(payload: Any, protocol: Envelope, config: HandlerConfig) -> T
             status=400,
         )
     fmt: TextFormat = "html" if text_format == "html" else "text"
-    request = TranslationRequest(texts, as_list, options, protocol, fmt, want_sentences, stream)
+    request = TranslationRequest(texts, as_list, options, fmt, want_sentences, stream)
     return _validated(request, config)
 
 

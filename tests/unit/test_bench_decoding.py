@@ -18,7 +18,11 @@ def test_exactness_reports_differences_invariance_agreement_and_the_peer(
         assert run["sentences"] == 6 and run["differ_from_generate"] == len(run["first_difference_at_step"])
         assert run["batch_of_16_changes"] == run["batch_of_64_changes"] == 0  # per-row int8 included
     (agreement,) = result["int8_against_fp32"]["runs"]
-    assert 0 <= agreement["identical_sentences"] <= 6 and 0 < agreement["token_agreement"] <= 1
+    # The figures agree with each other: all 6 identical exactly when every token agrees.
+    identical = agreement["identical_sentences"]
+    assert agreement["identical_share"] == round(identical / 6, 4)
+    assert (identical == 6) == (agreement["token_agreement"] == 1.0)
+    assert (identical == 6) == (agreement["median_first_difference_step"] is None)
     assert "not quality" in result["int8_against_fp32"]["note"]
     assert [p["engine"].split()[0] for p in result["peer_invariance"]] == ["CTranslate2", "ours"]
     assert result["peer_invariance"][1]["batch_of_16_changes"] == 0
@@ -43,6 +47,7 @@ def test_profile_keeps_the_top_operators(tiny_model_dir: Path, tmp_path: Path) -
     assert profile.main(args) == 0
     text = (tmp_path / "profile-fast-int8-beam4-batch2.txt").read_text()
     assert "quantized::linear_dynamic" in text and "Self CPU" in text
+    assert f"# python -m bench.profile --model {tiny_model_dir} --batch 2" in text  # its signature
 
 
 def test_int8_kernels_checks_the_chosen_kernel_and_tables_every_kernel() -> None:

@@ -18,7 +18,7 @@ import torch
 from bench.common import sample_sentences
 from handlers.handler_config import HandlerConfig
 from handlers.model.batching import pad_batch, plan_units
-from handlers.model.decoding import FastDecoder, GenerateDecoder, RowLimits, SearchRules
+from handlers.model.decoding import FastDecoder, GenerateDecoder, RowLimits, SearchRules, make_decoder
 from handlers.model.translator import Translator
 
 SENTENCES = 300
@@ -43,12 +43,13 @@ class Pair:
 
 
 def make_pair(model_dir: Path, variant: str) -> Pair:
-    translator = Translator.load(model_dir, HandlerConfig(variant=variant, warmup=False))  # type: ignore[arg-type]
-    fast = translator.decoder
-    assert isinstance(fast, FastDecoder)
-    # An int8 fast load releases the full output layer generate() needs: the reference loads its own.
+    # One load: the reference runs generate() on the model, and a fast decoder is built over it
+    # (make_decoder leaves the model whole; only a server's load releases what it copied).
     config = HandlerConfig(variant=variant, decoder="generate", warmup=False)  # type: ignore[arg-type]
-    model = Translator.load(model_dir, config).model
+    translator = Translator.load(model_dir, config)
+    model = translator.model
+    fast = make_decoder("fast", model, translator.tokenizer)
+    assert isinstance(fast, FastDecoder)
     suppressed = torch.ones(model.final_logits_bias.shape[-1], dtype=torch.bool)
     suppressed[fast.output.ids] = False
     model.final_logits_bias[0, suppressed] = -torch.inf

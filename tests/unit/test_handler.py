@@ -8,32 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ts.context import Context, RequestProcessor
-from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
+from ts.context import Context
 
 from handlers.zh_en_handler import TranslationHandler
-
-MANIFEST = {"model": {"modelName": "zh_en", "modelVersion": "1.0-int8"}}
-METRICS_CONFIG = Path(__file__).resolve().parents[2] / "config" / "metrics.yaml"
-
-
-def make_context(model_dir: Path, variant: str, batch: int, **handler_keys: Any) -> Context:
-    yaml_config = {
-        "handler": {"variant": variant, "warmup": False, "max_texts_per_request": 4, **handler_keys}
-    }
-    metrics = MetricsCacheYamlImpl(config_file_path=str(METRICS_CONFIG))
-    context = Context(
-        "zh_en",
-        str(model_dir),
-        MANIFEST,
-        batch,
-        None,
-        "0.12.0",
-        metrics=metrics,
-        model_yaml_config=yaml_config,
-    )
-    context.request_processor = [RequestProcessor({}) for _ in range(batch)]
-    return context
+from tests.handler_context import make_context
 
 
 def run(

@@ -10,7 +10,9 @@ import pytest
 from ts.context import RequestProcessor
 
 from handlers.handler_config import HandlerConfig
-from handlers.wire.parsing import PROTOCOL_KEYS, GenerationOptions, InvalidRequest, parse_request
+from handlers.model.options import GenerationOptions
+from handlers.wire.errors import InvalidRequest
+from handlers.wire.parsing import PROTOCOL_KEYS, parse_request, read_body
 from handlers.wire.protocols import (
     NATIVE,
     Envelope,
@@ -21,7 +23,7 @@ from handlers.wire.protocols import (
     wrap_response,
 )
 from handlers.zh_en_handler import TranslationHandler
-from tests.unit.test_handler import make_context
+from tests.handler_context import make_context
 
 OPTIONS = PROTOCOL_KEYS
 CONFIG = HandlerConfig(max_texts_per_request=3, max_chars_per_text=20, max_new_tokens=50)
@@ -150,13 +152,14 @@ def test_error_bodies() -> None:
     assert error_body(V1, 400, "bad") == error_body(V2, 400, "bad") == {"error": "bad"}
 
 
-def test_parse_request_unwraps_and_validates_once() -> None:
-    request = parse_request({"body": v2("一", "二", id="r9", parameters={"num_beams": 2})}, CONFIG)
+def test_the_body_names_its_protocol_then_is_unwrapped_and_validated_once() -> None:
+    envelope, payload = read_body({"body": v2("一", "二", id="r9", parameters={"num_beams": 2})})
+    assert envelope == Envelope("v2", "r9")
+    request = parse_request(envelope, payload, CONFIG)
     assert request.texts == ("一", "二") and request.as_list
     assert request.options == GenerationOptions(num_beams=2)
-    assert request.protocol == Envelope("v2", "r9")
-    assert parse_request({"body": b'{"instances": ["\\u4e00"]}'}, CONFIG).protocol == V1
-    assert parse_request({"body": {"text": "一"}}, CONFIG).protocol is NATIVE
+    assert read_body({"body": b'{"instances": ["\\u4e00"]}'})[0] == V1
+    assert read_body({"body": {"text": "一"}})[0] is NATIVE
 
 
 @pytest.mark.parametrize(
@@ -171,13 +174,12 @@ def test_parse_request_unwraps_and_validates_once() -> None:
         ({"inputs": [{"datatype": "FP32"}]}, 400, "lacks"),
     ],
 )
-def test_native_limits_apply_and_errors_remember_the_protocol(
-    body: dict[str, Any], status: int, fragment: str
-) -> None:
+def test_native_limits_apply_whatever_the_protocol(body: dict[str, Any], status: int, fragment: str) -> None:
+    envelope, payload = read_body({"body": body})
+    assert envelope == detect(body)  # known before validation fails: the error is answered in its shape
     with pytest.raises(InvalidRequest) as caught:
-        parse_request({"body": body}, CONFIG)
+        parse_request(envelope, payload, CONFIG)
     assert caught.value.status == status and fragment in caught.value.message
-    assert caught.value.protocol == detect(body)
 
 
 def test_a_mixed_batch_answers_each_request_in_its_protocol(

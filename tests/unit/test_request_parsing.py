@@ -3,13 +3,20 @@ from __future__ import annotations
 import pytest
 
 from handlers.handler_config import HandlerConfig
-from handlers.wire.parsing import GenerationOptions, InvalidRequest, parse_request
+from handlers.model.options import GenerationOptions
+from handlers.wire.errors import InvalidRequest
+from handlers.wire.parsing import TranslationRequest, parse_request, read_body
 
 CONFIG = HandlerConfig(max_texts_per_request=3, max_chars_per_text=20, max_new_tokens=50)
 
 
+def parse_item(item: dict[str, object]) -> TranslationRequest:
+    envelope, payload = read_body(item)
+    return parse_request(envelope, payload, CONFIG)
+
+
 def parse(body: object) -> object:
-    return parse_request({"body": body}, CONFIG)
+    return parse_item({"body": body})
 
 
 def test_plain_text_is_one_text() -> None:
@@ -30,7 +37,7 @@ def test_bytes_are_decoded_as_text_or_json() -> None:
 
 
 def test_data_key_is_accepted_like_body() -> None:
-    assert parse_request({"data": "你好"}, CONFIG).texts == ("你好",)
+    assert parse_item({"data": "你好"}).texts == ("你好",)
 
 
 def expect_error(body: object, status: int, *fragments: str) -> None:
@@ -75,5 +82,5 @@ def test_bad_input_names_the_problem(body: object, status: int, fragment: str) -
 
 def test_form_post_without_body_gets_415_with_the_fix() -> None:
     with pytest.raises(InvalidRequest) as caught:
-        parse_request({"汤姆": ""}, CONFIG)
+        read_body({"汤姆": ""})
     assert caught.value.status == 415 and "Content-Type" in caught.value.message

@@ -1,11 +1,12 @@
-"""Which texts reach the model: Chinese yes, Japanese and Korean no (422), the rest copied."""
+"""Which texts reach the model: Chinese yes, Japanese and Korean no (a 422 at the edge), the rest copied."""
 
 from __future__ import annotations
 
 import pytest
 
+from handlers.errors import UnsupportedLanguage
 from handlers.text.scripts import check_language, has_han
-from handlers.wire.parsing import InvalidRequest
+from handlers.wire.errors import client_error
 
 
 @pytest.mark.parametrize(
@@ -30,9 +31,9 @@ def test_chinese_passes(text: str) -> None:
     ],
 )
 def test_japanese_and_korean_are_refused_by_name(text: str, language: str) -> None:
-    with pytest.raises(InvalidRequest) as raised:
+    with pytest.raises(UnsupportedLanguage) as raised:
         check_language(text, "text 2")
-    assert raised.value.status == 422
+    assert client_error(raised.value).status == 422
     assert raised.value.message.startswith(f"text 2 looks like {language}")
     assert "translates Chinese only" in raised.value.message
 

@@ -11,12 +11,14 @@ import pytest
 import torch
 from torch import nn
 
+from handlers.errors import OverLimit
 from handlers.handler_config import HandlerConfig
 from handlers.model.batching import pad_batch, padded_width
 from handlers.model.decoding import FastDecoder, Released
+from handlers.model.options import GenerationOptions
 from handlers.model.quantization import count_quantized_linear, drop_weight_file_pages
 from handlers.model.translator import Translator
-from handlers.wire.parsing import GenerationOptions, InvalidRequest
+from handlers.wire.errors import client_error
 
 SENTENCES = ["汤姆不会同意的", "汤姆和他的朋友们在公园喝醉了", "是那家。"]
 
@@ -106,19 +108,18 @@ def test_one_generate_call_needs_one_beam_count(int8: Translator) -> None:
 
 
 def test_runaway_guard_bounds_new_tokens(int8: Translator) -> None:
-    config = int8.config
-    assert int8.new_token_cap(GenerationOptions(), 10) == min(
-        config.max_new_tokens, int(config.new_tokens_ratio * 10) + config.new_tokens_slack
-    )
-    assert int8.new_token_cap(GenerationOptions(), 500) == config.max_new_tokens
-    assert int8.new_token_cap(GenerationOptions(max_new_tokens=7), 500) == 7
+    config = HandlerConfig(max_new_tokens=100, new_tokens_ratio=1.5, new_tokens_slack=10)
+    guarded = Translator(int8.model, int8.tokenizer, config, int8.info, int8.decoder)
+    assert guarded.new_token_cap(GenerationOptions(), 9) == 24  # ceil(1.5 x 9) + 10
+    assert guarded.new_token_cap(GenerationOptions(), 60) == 100  # 100 > 1.5 x 60 + 10: capped
+    assert guarded.new_token_cap(GenerationOptions(max_new_tokens=7), 500) == 7  # the request's own wins
 
 
 def test_text_over_the_token_limit_is_rejected_not_truncated(tiny_model_dir: Path) -> None:
     translator = Translator.load(tiny_model_dir, HandlerConfig(max_input_tokens=8, warmup=False))
-    with pytest.raises(InvalidRequest) as caught:
+    with pytest.raises(OverLimit) as caught:
         translator.encode(["汤姆和他的朋友们在公园喝醉了，然后回家睡觉了。"])
-    assert caught.value.status == 413 and "max_input_tokens (8)" in caught.value.message
+    assert client_error(caught.value).status == 413 and "max_input_tokens (8)" in caught.value.message
 
 
 def resident_kb_of_files_in(directory: Path) -> int:

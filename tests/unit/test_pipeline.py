@@ -1,4 +1,4 @@
-"""Requests through plan -> decode (with the sentence cache) -> answer, on the tiny stand-in.
+"""Requests through plan -> decode (with the sentence cache) -> render -> body, on the tiny stand-in.
 
 The cache is a faster path, so it must give exactly what decoding gives: checked here on the
 lively stand-in (whose output depends on its input) with the cache on and off.
@@ -7,14 +7,19 @@ lively stand-in (whose output depends on its input) with the cache on and off.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from handlers.errors import OverLimit, UnsupportedLanguage
 from handlers.handler_config import HandlerConfig
+from handlers.model.options import GenerationOptions
 from handlers.model.translator import Translator
-from handlers.pipeline import RequestWork, SentenceDecoder, answer, plan_request
+from handlers.pipeline import CachedDecoding, RequestWork, plan_request, text_answers
 from handlers.sentence_cache import SentenceCache
-from handlers.wire.parsing import GenerationOptions, InvalidRequest, TranslationRequest
+from handlers.wire.errors import client_error
+from handlers.wire.parsing import TranslationRequest
+from handlers.wire.responses import native_body
 
 ARTICLE = (
     "汤姆不会同意的。汤姆和他的朋友们在公园喝醉了！\n\n是那家。汤姆不会同意的。\nSee https://example.com."
@@ -30,32 +35,37 @@ def request(*texts: str, **options: int) -> TranslationRequest:
     return TranslationRequest(texts, True, GenerationOptions(**options), want_sentences=True)
 
 
-def run(decoder: SentenceDecoder, *requests: TranslationRequest) -> list[RequestWork]:
+def answer(work: RequestWork) -> dict[str, Any]:
+    """The native body, as the handler builds it (identity fields aside), with a 12-token limit."""
+    return native_body(text_answers(work), work.request.as_list, work.request.want_sentences, 12)
+
+
+def run(decoder: CachedDecoding, *requests: TranslationRequest) -> list[RequestWork]:
     works = [plan_request(each, decoder.translator) for each in requests]
     decoder.decode_batch(works)
     return works
 
 
 def test_the_cache_answers_exactly_what_decoding_gives(translator: Translator) -> None:
-    cold = SentenceDecoder(translator, SentenceCache(0, 0), "m")
-    warm = SentenceDecoder(translator, SentenceCache(1000, 10**7), "m")
+    cold = CachedDecoding(translator, SentenceCache(0, 0), "m")
+    warm = CachedDecoding(translator, SentenceCache(1000, 10**7), "m")
     for options in ({}, {"num_beams": 1}):
-        expected = answer(run(cold, request(ARTICLE, **options))[0], 12)
-        first = answer(run(warm, request(ARTICLE, **options))[0], 12)
-        second = answer(run(warm, request(ARTICLE, **options))[0], 12)
+        expected = answer(run(cold, request(ARTICLE, **options))[0])
+        first = answer(run(warm, request(ARTICLE, **options))[0])
+        second = answer(run(warm, request(ARTICLE, **options))[0])
         assert first["translations"] == expected["translations"] == second["translations"]
         assert second["stats"]["cached"] == second["stats"]["translated"] > 0
         assert first["stats"]["cached"] == 0
 
 
 def test_a_sentence_repeated_in_a_batch_is_decoded_once(translator: Translator) -> None:
-    decoder = SentenceDecoder(translator, SentenceCache(1000, 10**7), "m")
+    decoder = CachedDecoding(translator, SentenceCache(1000, 10**7), "m")
     before = translator.generated_tokens
     counts = decoder.decode_batch([plan_request(request("是那家。"), translator) for _ in range(3)])
     once = translator.generated_tokens - before
     assert (counts.cache_hits, counts.cache_misses, counts.sentences) == (0, 3, 3)
     before = translator.generated_tokens
-    SentenceDecoder(translator, SentenceCache(0, 0), "n").decode_batch(
+    CachedDecoding(translator, SentenceCache(0, 0), "n").decode_batch(
         [plan_request(request("是那家。"), translator)]
     )
     assert translator.generated_tokens - before == once
@@ -63,24 +73,24 @@ def test_a_sentence_repeated_in_a_batch_is_decoded_once(translator: Translator) 
 
 def test_cache_keys_separate_decode_options_and_models(translator: Translator) -> None:
     cache = SentenceCache(1000, 10**7)
-    beam4 = answer(run(SentenceDecoder(translator, cache, "m"), request("是那家。"))[0], 12)
-    greedy = answer(run(SentenceDecoder(translator, cache, "m"), request("是那家。", num_beams=1))[0], 12)
-    other = answer(run(SentenceDecoder(translator, cache, "other"), request("是那家。"))[0], 12)
+    beam4 = answer(run(CachedDecoding(translator, cache, "m"), request("是那家。"))[0])
+    greedy = answer(run(CachedDecoding(translator, cache, "m"), request("是那家。", num_beams=1))[0])
+    other = answer(run(CachedDecoding(translator, cache, "other"), request("是那家。"))[0])
     assert beam4["stats"]["cached"] == greedy["stats"]["cached"] == other["stats"]["cached"] == 0
 
 
 def test_an_over_long_sentence_is_cut_translated_whole_and_flagged(translator: Translator) -> None:
     long = "汤姆和他的朋友们在公园喝醉了，汤姆和他的朋友们在公园喝醉了，汤姆不会同意的。"
-    work = run(SentenceDecoder(translator, SentenceCache(0, 0), "m"), request(long))[0]
+    work = run(CachedDecoding(translator, SentenceCache(0, 0), "m"), request(long))[0]
     assert len(work.chunks[0]) > 1 and all(len(chunk) <= 12 for chunk in work.chunks[0])
-    body = answer(work, 12)
+    body = answer(work)
     assert [warning["code"] for warning in body["warnings"]] == ["sentence_cut"]
     assert body["sentences"][0][0]["source"] == long
 
 
 def test_answer_reports_pairs_untranslated_texts_and_stats(translator: Translator) -> None:
-    work = run(SentenceDecoder(translator, SentenceCache(0, 0), "m"), request(ARTICLE, "Only English."))[0]
-    body = answer(work, 12)
+    work = run(CachedDecoding(translator, SentenceCache(0, 0), "m"), request(ARTICLE, "Only English."))[0]
+    body = answer(work)
     assert body["untranslated"] == [1]
     assert body["translations"][1] == "Only English."
     assert body["stats"] == {"sentences": 6, "translated": 4, "cached": 0}
@@ -103,9 +113,13 @@ def test_limits_are_checked_when_planning(translator: Translator) -> None:
         translator.info,
         translator.decoder,
     )
-    with pytest.raises(InvalidRequest) as raised:
+    with pytest.raises(OverLimit) as raised:
         plan_request(request("一。二。三。四。"), small)
-    assert raised.value.status == 413 and "max_sentences_per_request (3)" in raised.value.message
-    with pytest.raises(InvalidRequest) as raised:
+    assert (
+        client_error(raised.value).status == 413 and "max_sentences_per_request (3)" in raised.value.message
+    )
+    with pytest.raises(UnsupportedLanguage) as refused:
         plan_request(request("ありがとうございます"), translator)
-    assert raised.value.status == 422 and raised.value.message.startswith("text 0 looks like Japanese")
+    assert client_error(refused.value).status == 422 and refused.value.message.startswith(
+        "text 0 looks like Japanese"
+    )

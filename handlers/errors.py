@@ -1,0 +1,27 @@
+"""What text and model code refuse, said in their own terms.
+
+They never know about HTTP: the wire edge (handlers.wire.errors.client_error) gives each kind
+its status in one table, so a change of status is one line there.
+"""
+
+from __future__ import annotations
+
+
+class Refused(Exception):
+    """A text or request that will not be translated; the message names the problem for the client."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class OverLimit(Refused):
+    """More than a limit allows: characters, tokens, sentences or decode steps."""
+
+
+class UnsupportedLanguage(Refused):
+    """A text in a language the model does not translate (Japanese or Korean, say)."""
+
+
+class TooManyProtectedSpans(Refused):
+    """More spans to keep verbatim than the private-use slots that carry them through the model."""

@@ -1,0 +1,78 @@
+"""The native response body, built from what each text of a request became.
+
+Identity fields (model, version, variant, stand-in notice) are added by the handler, and
+handlers.wire.protocols wraps the body for v1/v2 clients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SentenceAnswer:
+    source: str
+    translation: str
+    translated: bool  # False: copied unchanged (no Han character)
+    cached: bool
+
+
+@dataclass(frozen=True)
+class CutSentence:
+    """A sentence over the model's input limit, translated in parts."""
+
+    tokens: int
+    parts: int
+
+
+@dataclass(frozen=True)
+class TextAnswer:
+    """One text of a request after translation."""
+
+    translation: str
+    sentences: list[SentenceAnswer]
+    dropped: list[str]  # protected spans the model dropped, appended to their sentence
+    cut: list[CutSentence]
+    decoded: int  # sentences that went through the model (or its cache)
+    cached: int  # of those, answered from the cache
+
+
+def native_body(
+    answers: Sequence[TextAnswer], as_list: bool, want_sentences: bool, max_input_tokens: int
+) -> dict[str, Any]:
+    translations = [answer.translation for answer in answers]
+    body: dict[str, Any] = {"translations": translations} if as_list else {"translation": translations[0]}
+    body["stats"] = {
+        "sentences": sum(len(answer.sentences) for answer in answers),
+        "translated": sum(answer.decoded for answer in answers),
+        "cached": sum(answer.cached for answer in answers),
+    }
+    body["untranslated"] = [index for index, answer in enumerate(answers) if not answer.decoded]
+    warnings: list[dict[str, Any]] = []
+    for index, answer in enumerate(answers):
+        warnings += [_dropped_warning(index, span) for span in answer.dropped]
+        warnings += [_cut_warning(index, cut, max_input_tokens) for cut in answer.cut]
+    body["warnings"] = warnings
+    if want_sentences:
+        pairs = [[sentence.__dict__ for sentence in answer.sentences] for answer in answers]
+        body["sentences"] = pairs if as_list else pairs[0]
+    return body
+
+
+def _dropped_warning(text: int, span: str) -> dict[str, Any]:
+    return {
+        "text": text,
+        "code": "placeholder_restored",
+        "message": f"the model dropped the protected text {span[:80]!r}; it was appended to its sentence",
+    }
+
+
+def _cut_warning(text: int, cut: CutSentence, limit: int) -> dict[str, Any]:
+    return {
+        "text": text,
+        "code": "sentence_cut",
+        "message": f"a sentence of about {cut.tokens} tokens is over the model's {limit}-token limit; "
+        f"it was translated in {cut.parts} parts",
+    }

@@ -1,0 +1,73 @@
+"""The handler's packages import in one direction (docs/ARCHITECTURE.md draws it).
+
+Read from the source with ast, so a new import that breaks the rule fails here rather than in review:
+- text/ knows neither torch nor HTTP: it imports only itself and handlers.errors;
+- model/ and scheduling/ never import the wire edge or the handler's top level;
+- wire/ never imports the handler's top level (it may read text formats and model options).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from archive.tatoeba import REPO_ROOT
+
+HANDLERS = REPO_ROOT / "handlers"
+LEAVES = {"handlers.errors", "handlers.handler_config"}
+
+# package -> the handlers.* prefixes its modules may import (besides themselves and the leaves)
+ALLOWED: dict[str, tuple[str, ...]] = {
+    "text": (),
+    "model": (),
+    "scheduling": ("handlers.model",),
+    "wire": ("handlers.text.documents", "handlers.model.options"),
+}
+NO_THIRD_PARTY = {"text": ("torch", "transformers", "ts", "requests")}
+
+
+def imports_of(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names |= {f"{node.module}.{alias.name}" for alias in node.names if node.module == "handlers"}
+    return names
+
+
+def modules(package: str) -> list[Path]:
+    return sorted((HANDLERS / package).glob("*.py"))
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_a_package_imports_only_downward(package: str) -> None:
+    own = f"handlers.{package}"
+    allowed = (own, *LEAVES, *ALLOWED[package])
+    wrong = {
+        f"{path.name}: {name}"
+        for path in modules(package)
+        for name in imports_of(path)
+        if name.split(".")[0] == "handlers" and not name.startswith(allowed)
+    }
+    assert not wrong, f"handlers/{package} imports against the direction: {sorted(wrong)}"
+
+
+def test_text_needs_neither_torch_nor_http() -> None:
+    banned = NO_THIRD_PARTY["text"]
+    wrong = {
+        f"{path.name}: {name}"
+        for path in modules("text")
+        for name in imports_of(path)
+        if name.split(".")[0] in banned
+    }
+    assert not wrong, sorted(wrong)
+
+
+def test_leaves_import_nothing_of_the_handler() -> None:
+    for leaf in LEAVES:
+        path = HANDLERS / f"{leaf.split('.')[-1]}.py"
+        assert not {name for name in imports_of(path) if name.startswith("handlers")}, leaf
