@@ -13,8 +13,8 @@ import sys
 import threading
 import time
 
+from serving.processes import process_alive
 from serving.replica_set import Fleet
-from serving.server import process_alive
 
 
 def supervise(fleet: Fleet, drain_seconds: float, poll: float = 2.0) -> int:

@@ -17,13 +17,12 @@ import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import requests
 
 from serving.fleet_keys import KeyStore
 from serving.nginx_conf import FrontDoorConfig, FrontDoorPaths, render, write_upstreams
-from serving.server import process_alive, wait_gone
+from serving.processes import command_line, process_alive, wait_gone
 
 
 class NginxError(RuntimeError):
@@ -145,8 +144,5 @@ class FrontDoor:
 
 
 def _shutting_down(pid: int) -> bool:
-    try:
-        title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return True  # gone
-    return "shutting down" in title
+    title = command_line(pid)
+    return title is None or "shutting down" in title  # None: gone

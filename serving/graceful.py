@@ -31,7 +31,7 @@ import psutil
 import requests
 
 from serving.client import Endpoints, ServerError, TorchServeClient
-from serving.server import torchserve_binary
+from serving.torchserve import torchserve_binary
 
 # In the temp dir: writable on a read-only root (a pod's /tmp is an emptyDir), shared by the health check.
 DRAIN_MARKER = Path(tempfile.gettempdir()) / "zh_en.draining"

@@ -115,10 +115,6 @@ def write_upstreams(paths: FrontDoorPaths, ports: Sequence[int], config: FrontDo
     )
 
 
-def upstream_ports(paths: FrontDoorPaths) -> list[int]:
-    return [int(port) for port in re.findall(r":(\d+) ", paths.upstreams.read_text())]
-
-
 def js_module() -> Path:
     for directory in JS_MODULE_DIRS:
         candidate = Path(directory) / "ngx_http_js_module.so"

@@ -22,8 +22,10 @@ from serving.client import ServerError
 from serving.files import write_atomically
 from serving.front_door import FrontDoor
 from serving.nginx_conf import FrontDoorConfig, FrontDoorPaths
-from serving.server import REPO_ROOT, Ports, TorchServe, process_alive, wait_gone
+from serving.ports import Ports
+from serving.processes import process_alive, wait_gone
 from serving.swap import PROBE_TEXT, resolve_target, swap
+from serving.torchserve import REPO_ROOT, TorchServe
 
 REPLICA_CONFIG = REPO_ROOT / "config" / "config.replica.properties"
 DEFAULT_DIR = REPO_ROOT / "build" / "fleet"

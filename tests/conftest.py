@@ -14,7 +14,7 @@ from archive.build import ArchiveSpec, build_archive, model_digest
 from archive.standin import build_standin
 from archive.tatoeba import REPO_ROOT
 from handlers.zh_en_handler import TranslationHandler
-from serving.server import TorchServe
+from serving.torchserve import TorchServe
 
 TINY_MODEL_DIR = REPO_ROOT / "build" / "models" / "standin-tiny"
 
@@ -44,21 +44,17 @@ def server(tiny_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 @pytest.fixture(scope="module")
 def handler(tiny_model_dir: Path) -> TranslationHandler:
     """An initialized int8 handler on the tiny stand-in, fresh per test module (its cache too)."""
-    from tests.unit.test_handler import make_context
+    from tests.handler_context import initialized_handler
 
-    handler = TranslationHandler()
-    handler.initialize(make_context(tiny_model_dir, "int8", 1))
-    return handler
+    return initialized_handler(tiny_model_dir)
 
 
 @pytest.fixture(scope="session")
 def fuzz_handler(tiny_model_dir: Path) -> TranslationHandler:
     """One initialized handler for property-based tests (hypothesis forbids function-scoped fixtures)."""
-    from tests.unit.test_handler import make_context
+    from tests.handler_context import initialized_handler
 
-    handler = TranslationHandler()
-    handler.initialize(make_context(tiny_model_dir, "int8", 1))
-    return handler
+    return initialized_handler(tiny_model_dir)
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,7 @@ from pathlib import Path
 from serving.fleet_keys import KeyStore
 from serving.front_door import FrontDoor
 from serving.nginx_conf import FrontDoorConfig, FrontDoorPaths
-from serving.server import free_port
+from serving.ports import free_port
 
 
 @dataclass

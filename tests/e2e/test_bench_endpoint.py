@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bench import bleu
-from serving.server import TorchServe
+from serving.torchserve import TorchServe
 
 pytestmark = pytest.mark.e2e
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bench.load import LoadSpec, run_load
-from serving.server import TorchServe
+from serving.torchserve import TorchServe
 
 pytestmark = pytest.mark.e2e
 

@@ -34,6 +34,13 @@ def test_quick_bench_writes_results_report_and_plots(tiny_model_dir: Path, tmp_p
         load = json.loads((tmp_path / f"load-{server}-greedy-u4.json").read_text())
         assert load["requests"] > 0 and load["failures"] == 0
         assert (load["variant"], load["decoder"]) == (variant, decoder)
+        # Locust runs are signed with the run that started them; every other step with its own line.
+        assert (
+            load["signature"]["command"]
+            == f"python -m bench.run_all {' '.join(args)} --results-dir {tmp_path}"
+        )
+    latency = json.loads((tmp_path / "latency.json").read_text())["signature"]["command"]
+    assert latency.startswith(f"python -m bench.latency --model {tiny_model_dir} --quick")
     assert_quick_ladder(tmp_path, tiny_model_dir)
     assert_mixed_ran(tmp_path)
     report = (tmp_path / "README.md").read_text()

@@ -20,7 +20,7 @@ from schemathesis.checks import (
 )
 
 from serving.client import read_key
-from serving.server import TorchServe
+from serving.torchserve import TorchServe
 from tests.unit.test_openapi_spec import SPEC, validator
 
 pytestmark = pytest.mark.e2e

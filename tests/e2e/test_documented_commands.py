@@ -14,7 +14,7 @@ import pytest
 
 from archive.tatoeba import REPO_ROOT
 from serving import fleet as fleet_cli
-from serving.server import TorchServe
+from serving.torchserve import TorchServe
 
 pytestmark = pytest.mark.e2e
 

@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from bench.article import URLS, article
-from serving.server import TorchServe
+from serving.torchserve import TorchServe
 
 pytestmark = pytest.mark.e2e
 

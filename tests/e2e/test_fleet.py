@@ -23,8 +23,8 @@ from serving import fleet as fleet_cli
 from serving import swap as swap_cli
 from serving.fleet_keys import KeyStore
 from serving.nginx_conf import FrontDoorConfig
+from serving.ports import free_port
 from serving.replica_set import Fleet
-from serving.server import free_port
 from tests.e2e.conftest_fleet import Stub, front_door
 
 pytestmark = pytest.mark.e2e

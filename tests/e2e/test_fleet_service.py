@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 import requests
 
+from serving.ports import free_port
+from serving.processes import process_alive
 from serving.replica_set import Fleet
-from serving.server import free_port, process_alive
 from tests.e2e.stopping_clients import Clients
 
 pytestmark = pytest.mark.e2e

@@ -12,7 +12,8 @@ import pytest
 
 from serving import health
 from serving.client import read_key
-from serving.server import TorchServe, process_alive
+from serving.processes import process_alive
+from serving.torchserve import TorchServe
 from tests.e2e.stopping_clients import Clients
 
 pytestmark = pytest.mark.e2e

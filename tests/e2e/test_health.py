@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from serving import health
-from serving.server import TorchServe
+from serving.torchserve import TorchServe
 
 pytestmark = pytest.mark.e2e
 

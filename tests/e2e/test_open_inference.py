@@ -16,7 +16,7 @@ from tritonclient.utils import InferenceServerException
 
 from handlers.handler_config import HandlerConfig
 from serving.client import read_key
-from serving.server import TorchServe
+from serving.torchserve import TorchServe
 
 pytestmark = pytest.mark.e2e
 

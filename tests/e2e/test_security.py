@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from serving.client import ServerError
-from serving.server import PRODUCTION_CONFIG, TorchServe
+from serving.torchserve import PRODUCTION_CONFIG, TorchServe
 
 pytestmark = pytest.mark.e2e
 

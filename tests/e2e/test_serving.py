@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from archive.tatoeba import REPO_ROOT
 from serving.client import ServerError
-from serving.server import TorchServe, process_alive
+from serving.processes import process_alive
+from serving.torchserve import TorchServe
 
 pytestmark = pytest.mark.e2e
 
@@ -28,6 +32,37 @@ def test_archives_hold_handler_package_config_and_label(tiny_store: Path) -> Non
         } <= names
         assert manifest["model"]["modelName"] == "zh_en"
         assert manifest["model"]["modelVersion"] == f"1.0-{variant}"
+
+
+IMPORT_FROM_ARCHIVE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])  # as TorchServe does: the unpacked archive first on the path
+import zh_en_handler
+loaded = {name: module.__file__ for name, module in sys.modules.items() if name.split(".")[0] == "handlers"}
+print(json.dumps(loaded))
+"""
+
+
+def test_the_handler_imports_every_module_from_its_archive(tiny_store: Path, tmp_path: Path) -> None:
+    """Unpacked, the archive alone must hold the handler's whole package: a module left out would
+    otherwise be found in this checkout (installed in the venv) and the test would not notice."""
+    with zipfile.ZipFile(tiny_store / "zh_en_int8.mar") as mar:
+        mar.extractall(tmp_path)
+    shipped = sorted(str(path.relative_to(tmp_path)) for path in (tmp_path / "handlers").rglob("*.py"))
+    source = sorted(str(path.relative_to(REPO_ROOT)) for path in (REPO_ROOT / "handlers").rglob("*.py"))
+    assert shipped == source
+    run = subprocess.run(
+        [sys.executable, "-c", IMPORT_FROM_ARCHIVE, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    loaded: dict[str, str] = json.loads(run.stdout.strip().splitlines()[-1])
+    assert {"handlers.wire.parsing", "handlers.text.documents", "handlers.model.translator"} <= set(loaded)
+    outside = {name: file for name, file in loaded.items() if not Path(file).is_relative_to(tmp_path)}
+    assert not outside, f"imported from outside the archive: {outside}"
 
 
 def test_translate_json_text_and_list(server: TorchServe) -> None:

@@ -23,8 +23,10 @@ import requests
 from bench.common import archive_with
 from serving import fleet as fleet_cli
 from serving.nginx_conf import FrontDoorConfig
+from serving.ports import free_port
+from serving.processes import process_alive, wait_gone
 from serving.replica_set import Fleet
-from serving.server import TorchServe, free_port, process_alive, wait_gone
+from serving.torchserve import TorchServe
 
 STEP = {"scheduler": "step", "sentence_cache_entries": 0, "threads": 1, "step_partitions": 2}
 DOCUMENT = "。".join(f"第{n}个句子说明了一件事情" for n in range(1, 13)) + "。"

@@ -19,7 +19,7 @@ import pytest
 import requests
 
 from archive.tatoeba import REPO_ROOT
-from serving.server import free_port
+from serving.ports import free_port
 
 pytestmark = [
     pytest.mark.image,

@@ -21,8 +21,10 @@ from bench.fleet_faults import (
     roll_under_load,
     under_load,
 )
+from serving.ports import free_port
+from serving.processes import process_alive
 from serving.replica_set import Fleet
-from serving.server import REPO_ROOT, free_port, process_alive
+from serving.torchserve import REPO_ROOT
 
 pytestmark = pytest.mark.soak
 

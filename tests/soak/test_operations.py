@@ -19,7 +19,8 @@ import requests
 from archive.build import CONFIG_DIR, ArchiveSpec, build_archive, model_digest
 from bench.faults import cold_store, kill_worker_under_load, summarize, swap_under_load, workers_of
 from bench.steady_load import SteadyLoad
-from serving.server import TorchServe, process_alive
+from serving.processes import process_alive
+from serving.torchserve import TorchServe
 
 pytestmark = pytest.mark.soak
 

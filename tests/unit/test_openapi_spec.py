@@ -1,7 +1,7 @@
 """docs/openapi.yaml: a valid OpenAPI 3.1 document that agrees with the code it describes.
 
 The spec's limits, enums and field names are compared with what the handler enforces (HandlerConfig,
-the shipped model configs, request_parsing, protocols), and the handler's own answers are validated
+the shipped model configs, wire.parsing, wire.protocols), and the handler's own answers are validated
 against the spec's response schemas, so the contract cannot drift silently.
 """
 
@@ -19,13 +19,13 @@ from openapi_spec_validator import validate
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from handlers.handler_config import Decoder, HandlerConfig, Variant
-from handlers.wire import parsing as request_parsing
-from handlers.wire import protocols
+from handlers.handler_config import DecoderName, HandlerConfig, Variant
+from handlers.text.documents import TEXT_FORMATS
+from handlers.wire import parsing, protocols
 from handlers.zh_en_handler import TranslationHandler
 from serving.nginx_conf import FrontDoorConfig
-from serving.server import PRODUCTION_CONFIG
-from tests.unit.test_handler import make_context
+from serving.torchserve import PRODUCTION_CONFIG
+from tests.handler_context import make_context
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC_PATH = REPO / "docs" / "openapi.yaml"
@@ -118,13 +118,13 @@ def test_schema_limits_are_the_stated_limits() -> None:
 
 def test_enums_match_the_code() -> None:
     assert SCHEMAS["Variant"]["enum"] == list(get_args(Variant))
-    assert SCHEMAS["Decoder"]["enum"] == list(get_args(Decoder))
-    assert SCHEMAS["Format"]["enum"] == list(request_parsing.TEXT_FORMATS)
+    assert SCHEMAS["Decoder"]["enum"] == list(get_args(DecoderName))
+    assert SCHEMAS["Format"]["enum"] == list(TEXT_FORMATS)
 
 
 def test_request_fields_match_the_parser() -> None:
-    assert list(SCHEMAS["TranslationRequest"]["properties"]) == list(request_parsing.ALLOWED_KEYS)
-    options = list(request_parsing.PROTOCOL_KEYS)
+    assert list(SCHEMAS["TranslationRequest"]["properties"]) == list(parsing.ALLOWED_KEYS)
+    options = list(parsing.PROTOCOL_KEYS)
     assert list(SCHEMAS["Options"]["properties"]) == options
     v2_parameters = SCHEMAS["V2Parameters"]["properties"]
     assert set(v2_parameters) == set(options) | protocols.V2_TRANSPORT_PARAMETERS
@@ -151,13 +151,6 @@ def examples() -> list[tuple[str, str, Any]]:
 @pytest.mark.parametrize(("pointer", "where", "value"), examples())
 def test_examples_follow_their_schemas(pointer: str, where: str, value: Any) -> None:
     validator(pointer).validate(value)
-
-
-@pytest.fixture(scope="module")
-def handler(tiny_model_dir: Path) -> TranslationHandler:
-    handler = TranslationHandler()
-    handler.initialize(make_context(tiny_model_dir, "int8", 1))
-    return handler
 
 
 def tensor(*texts: str) -> dict[str, Any]:

@@ -3,106 +3,31 @@
 Used by the end-to-end tests, the benchmarks and the replica set. Each instance gets its own
 working directory (key_file.json, logs), its own TMPDIR (`torchserve --stop` finds the server
 through a pid file there) and its own java.io.tmpdir (where the workers' unix sockets live), so
-several servers can run side by side on one host.
+several servers can run side by side on one host. Ports come from serving.ports; the worker
+processes are watched through serving.processes.
 """
 
 from __future__ import annotations
 
 import os
-import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import requests
 
 from serving.client import Endpoints, TorchServeClient
+from serving.ports import Ports
+from serving.processes import command_line, process_state, wait_gone
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PRODUCTION_CONFIG = REPO_ROOT / "config" / "config.properties"
-
-
-def is_backend_worker(pid: int) -> bool:
-    """A live TorchServe Python worker process (not a zombie, not another child of the frontend)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return False
-    state = stat.rsplit(")", 1)[1].split()[0]
-    return state != "Z" and "model_service_worker" in cmdline
-
-
-# Ports below the kernel's ephemeral range: bind(0) hands out ports from that range, where every
-# outgoing connection (a load client, nginx to a replica) also takes its local port, so a server
-# (re)started on a port chosen that way can find it taken and exit.
-LOWEST_PORT = 10000
-
-
-def ephemeral_range() -> tuple[int, int]:
-    try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return 32768, 60999  # Linux's default
-
-
-def free_ports(count: int, taken: Collection[int] = ()) -> list[int]:
-    """`count` distinct ports free on 127.0.0.1, none in `taken`, outside the ephemeral range.
-
-    Each candidate stays bound until all are chosen, so no two are the same (closing one socket
-    before binding the next can give the same port twice).
-    """
-    low, high = ephemeral_range()
-    candidates = range(LOWEST_PORT, low) if low - LOWEST_PORT >= 1000 else range(high + 1, 65536)
-    held: list[socket.socket] = []
-    try:
-        for port in random.sample(candidates, len(candidates)):
-            if len(held) == count:
-                break
-            if port in taken:
-                continue
-            sock = socket.socket()
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                sock.close()
-                continue
-            held.append(sock)
-        if len(held) < count:
-            raise OSError(f"fewer than {count} free ports in {candidates}")
-        return [int(sock.getsockname()[1]) for sock in held]
-    finally:
-        for sock in held:
-            sock.close()
-
-
-def free_port() -> int:
-    return free_ports(1)[0]
-
-
-@dataclass(frozen=True)
-class Ports:
-    inference: int
-    management: int
-    metrics: int
-    grpc_inference: int
-    grpc_management: int
-
-    @classmethod
-    def free(cls, taken: Collection[int] = ()) -> Ports:
-        return cls(*free_ports(5, taken))
-
-    def all(self) -> tuple[int, ...]:
-        return (self.inference, self.management, self.metrics, self.grpc_inference, self.grpc_management)
 
 
 def render_config(
@@ -286,23 +211,9 @@ def torchserve_binary() -> str:
     return shutil.which("torchserve", path=str(Path(sys.executable).parent)) or "torchserve"
 
 
-def wait_gone(pids: Sequence[int], timeout: float, poll: float = 0.1) -> list[int]:
-    """Wait up to `timeout` seconds for every pid to exit; the ones still alive then."""
-    deadline = time.monotonic() + timeout
-    while (alive := [pid for pid in pids if process_alive(pid)]) and time.monotonic() < deadline:
-        time.sleep(poll)
-    return alive
-
-
-def process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+def is_backend_worker(pid: int) -> bool:
+    """A live TorchServe Python worker process (not a zombie, not another child of the frontend)."""
+    state, cmdline = process_state(pid), command_line(pid)
+    if state is None or cmdline is None:
         return False
-    # A zombie child of ours still answers kill(0); it is gone for our purposes. It may also exit and
-    # be reaped between the two looks, so a vanished stat file is an answer too.
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(") ")[-1]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state.startswith(("R", "S", "D"))
+    return state != "Z" and "model_service_worker" in cmdline

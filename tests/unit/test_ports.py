@@ -1,11 +1,10 @@
-"""Ports and temp dirs for servers that run side by side on one host (the fleet, the tests)."""
+"""Ports for servers that run side by side on one host (the fleet, the tests)."""
 
 from __future__ import annotations
 
 import socket
-from pathlib import Path
 
-from serving.server import LOWEST_PORT, Ports, ephemeral_range, free_ports, socket_dir_for
+from serving.ports import LOWEST_PORT, Ports, ephemeral_range, free_ports
 
 
 def test_free_ports_are_distinct_bindable_and_outside_the_ephemeral_range() -> None:
@@ -27,10 +26,3 @@ def test_free_ports_leave_out_taken_and_bound_ports() -> None:
         for _ in range(10):
             assert not {bound} & set(free_ports(50, taken | {bound}))
             assert not taken & set(Ports.free(taken).all())
-
-
-def test_socket_dir_is_the_server_tmpdir_unless_its_path_is_too_long(tmp_path: Path) -> None:
-    assert socket_dir_for(tmp_path) == tmp_path
-    deep = tmp_path / ("d" * 100)
-    short = socket_dir_for(deep)
-    assert short != deep and short.is_dir() and len(str(short / ".ts.sock.65535")) <= 107

@@ -1,0 +1,54 @@
+"""/proc/<pid>/stat is parsed in one place (serving.processes), right for any command name."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from serving.processes import command_line, process_alive, process_state, stat_state
+
+linux_proc = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="Linux /proc only")
+
+
+@linux_proc
+def test_this_process_reads_as_running_with_its_own_command_line() -> None:
+    assert stat_state(Path("/proc/self/stat").read_text()) == "R"  # it is reading the file
+    assert process_state(os.getpid()) == "R"
+    assert process_alive(os.getpid())
+    assert command_line(os.getpid()) == " ".join(sys.orig_argv) + " "  # each argument ends in NUL
+
+
+@pytest.mark.parametrize(
+    ("line", "state"),
+    [
+        ("4242 (model worker) R 1 4242 4242 0 -1 4194560 1513 0 0 0", "R"),
+        ("4242 (a) b) Z 1 4242 4242 0 -1 4194560 1513 0 0 0", "Z"),
+        ("4242 ((x)) (y) D) D 1 4242 4242 0 -1", "D"),
+        ("4242 (x) S) T 1 4242", "T"),
+    ],
+)
+def test_the_state_follows_the_last_parenthesis_whatever_the_command_name(line: str, state: str) -> None:
+    assert line.split()[2] != state  # a plain split takes part of the name for the state
+    assert stat_state(line) == state
+
+
+def test_a_plain_command_name() -> None:
+    assert stat_state("4242 (python3) S 1 4242 4242 0 -1 4194560 1513 0 0 0\n") == "S"
+
+
+@linux_proc
+def test_a_zombie_is_not_alive_and_a_reaped_process_has_no_state() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 30
+    while process_state(child.pid) != "Z" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert process_state(child.pid) == "Z"
+    assert not process_alive(child.pid)  # it still answers kill(0)
+    child.wait()
+    assert process_state(child.pid) is None and command_line(child.pid) is None
+    assert not process_alive(child.pid)
