@@ -9,16 +9,17 @@ what the end-to-end test sends. Writes bench/results/article.json.
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from archive.tatoeba import read_blocks
-from bench.common import DEFAULT_MODEL, RESULTS_DIR, archive_with, is_standin, load_model_dir, write_result
-from serving.server import TorchServe
+from bench.cli import BenchCli, Progress
+from bench.common import DEFAULT_MODEL, archive_with, is_standin
+from serving.torchserve import TorchServe
 
+say = Progress("article")
 URLS = ["https://example.com/news/2026/11/22.html?id=7", "http://www.example.org/a_b", "www.example.cn"]
 
 
@@ -38,8 +39,7 @@ def article(characters: int = 5000) -> str:
     return "\n\n".join(paragraphs)
 
 
-def run(model: str) -> dict[str, Any]:
-    model_dir = load_model_dir(model)
+def run(model_dir: Path) -> dict[str, Any]:
     text = article()
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="article-") as scratch:
@@ -52,13 +52,13 @@ def run(model: str) -> dict[str, Any]:
                 ("beam 4, sent again", {}),
             ]
             for label, options in runs:
-                print(f"{label}: {len(text)} characters ...", flush=True)
+                say(f"{label}: {len(text)} characters ...")
                 started = time.perf_counter()
                 response = server.client.translate(text, **options)
                 seconds = round(time.perf_counter() - started, 2)
                 response.raise_for_status()
                 stats = response.json()["stats"]
-                print(f"  {seconds} s, {stats}", flush=True)
+                say(f"{label}: {seconds} s, {stats}")
                 rows.append({"run": label, "seconds": seconds, "stats": stats})
     return {
         "characters": len(text),
@@ -69,13 +69,9 @@ def run(model: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--model", default=DEFAULT_MODEL, help="hub id, directory or synthetic")
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
-    args = parser.parse_args(argv)
-    print(write_result("article", run(args.model), args.results_dir))
+    cli = BenchCli("article", __doc__, model=DEFAULT_MODEL, results_dir=True)
+    cli.parse(argv)
+    print(cli.write("article", run(cli.model_dir())))
     return 0
 
 

@@ -12,7 +12,6 @@ On the offline stand-in (random weights) the score is meaningless and labeled so
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -23,10 +22,12 @@ import requests
 import sacrebleu
 
 from archive.tatoeba import Block, read_blocks
-from bench.common import RESULTS_DIR, is_standin, load_model_dir, write_result
+from bench.cli import BenchCli, Progress
+from bench.common import is_standin
 from serving.client import read_key
 
 CHUNK = 8  # sentences per HTTP request or in-process batch
+say = Progress("bleu")
 
 
 @dataclass
@@ -66,8 +67,8 @@ def published(blocks: Sequence[Block]) -> Hypotheses:
 def in_process(blocks: Sequence[Block], model_dir: Path, variant: str, num_beams: int | None) -> Hypotheses:
     """The handler's own path: Translator with the archive's handler config, batches of CHUNK."""
     from handlers.handler_config import HandlerConfig
+    from handlers.model.options import GenerationOptions
     from handlers.model.translator import Translator
-    from handlers.wire.parsing import GenerationOptions
 
     translator = Translator.load(model_dir, HandlerConfig(variant=variant))  # type: ignore[arg-type]
     options = GenerationOptions(num_beams=num_beams)
@@ -75,7 +76,7 @@ def in_process(blocks: Sequence[Block], model_dir: Path, variant: str, num_beams
     texts: list[str] = []
     for done, chunk in enumerate(chunks, start=1):
         texts += translator.translate(chunk, options)
-        _progress(done, len(chunks))
+        _say_batches(done, len(chunks))
     return Hypotheses(texts, translator.info.source, None, variant, translator.info.standin)
 
 
@@ -100,7 +101,7 @@ def through_endpoint(
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         for done, answer in enumerate(pool.map(post, chunks), start=1):
             answers.append(answer)
-            _progress(done, len(chunks))
+            _say_batches(done, len(chunks))
     first = answers[0]
     texts = [text for answer in answers for text in answer["translations"]]
     return Hypotheses(
@@ -112,20 +113,15 @@ def _chunks(texts: list[str]) -> list[list[str]]:
     return [texts[i : i + CHUNK] for i in range(0, len(texts), CHUNK)]
 
 
-def _progress(done: int, total: int) -> None:
+def _say_batches(done: int, total: int) -> None:
     if done == total or done % max(1, total // 20) == 0:
-        print(f"  translated {done}/{total} batches", file=sys.stderr, flush=True)
+        say(f"translated {done}/{total} batches")
 
 
-def run(
-    source: Callable[[Sequence[Block]], Hypotheses],
-    label: str,
-    limit: int | None,
-    results_dir: Path = RESULTS_DIR,
-) -> dict[str, Any]:
+def run(source: Callable[[Sequence[Block]], Hypotheses], limit: int | None) -> dict[str, Any]:
     blocks = read_blocks()[:limit]
     hypotheses = source(blocks)
-    result = {
+    return {
         **score(hypotheses.texts, [b.reference for b in blocks]),
         "model": hypotheses.model,
         "version": hypotheses.version,
@@ -134,17 +130,13 @@ def run(
         "meaningful": not hypotheses.standin,
         "n": len(blocks),
     }
-    path = write_result(f"bleu-{label}", result, results_dir)
-    _report(result, path)
-    return result
 
 
 def _report(result: dict[str, Any], path: Path) -> None:
     if result["standin"]:
-        print(
+        say(
             "!! offline stand-in (random weights): this score is MEANINGLESS; "
-            "run the same command on the real model for the real number",
-            file=sys.stderr,
+            "run the same command on the real model for the real number"
         )
     print(f"BLEU {result['bleu']:.2f}  chrF {result['chrf']:.2f}  (n={result['n']}, {result['model']})")
     print(f"  sentence BLEU mean {result['sentence_bleu_mean']:.2f}")
@@ -152,38 +144,35 @@ def _report(result: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    mode = parser.add_mutually_exclusive_group(required=True)
+    cli = BenchCli("bleu", __doc__, results_dir=True)
+    mode = cli.parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--published", action="store_true", help="score the released model's outputs")
     mode.add_argument("--endpoint", help="a TorchServe predictions URL")
     mode.add_argument("--model-dir", type=Path, help="a saved model directory, in-process")
-    mode.add_argument("--model", help="hub id, local dir or `synthetic`, resolved like archive.build")
-    parser.add_argument("--variant", choices=("fp32", "int8"), default="int8")
-    parser.add_argument("--num-beams", type=int)
-    parser.add_argument("--limit", type=int)
-    parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--key-file", type=Path, default=Path("key_file.json"))
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
-    args = parser.parse_args(argv)
+    cli.add_model(mode, None, "hub id, local dir or `synthetic`, resolved like archive.build")
+    cli.parser.add_argument("--variant", choices=("fp32", "int8"), default="int8")
+    cli.parser.add_argument("--num-beams", type=int)
+    cli.parser.add_argument("--limit", type=int)
+    cli.parser.add_argument("--concurrency", type=int, default=4)
+    cli.parser.add_argument("--key-file", type=Path, default=Path("key_file.json"))
+    args = cli.parse(argv)
+    label, source = _source(args, cli)
+    result = run(source, args.limit)
+    _report(result, cli.write(f"bleu-{label}", result))
+    return 0
+
+
+def _source(args: argparse.Namespace, cli: BenchCli) -> tuple[str, Callable[[Sequence[Block]], Hypotheses]]:
+    """The result's label and where its translations come from: --published, --endpoint or a model."""
     if args.published:
-        run(published, "published", args.limit, args.results_dir)
-    elif args.endpoint:
-        endpoint_source = lambda blocks: through_endpoint(  # noqa: E731
+        return "published", published
+    if args.endpoint:
+        return "endpoint", lambda blocks: through_endpoint(
             blocks, args.endpoint, args.key_file, args.concurrency, args.num_beams
         )
-        run(endpoint_source, "endpoint", args.limit, args.results_dir)
-    else:
-        model_dir = args.model_dir or load_model_dir(args.model)
-        label = f"{'standin' if is_standin(model_dir) else 'model'}-{args.variant}"
-        run(
-            lambda blocks: in_process(blocks, model_dir, args.variant, args.num_beams),
-            label,
-            args.limit,
-            args.results_dir,
-        )
-    return 0
+    model_dir = args.model_dir or cli.model_dir()
+    label = f"{'standin' if is_standin(model_dir) else 'model'}-{args.variant}"
+    return label, lambda blocks: in_process(blocks, model_dir, args.variant, args.num_beams)
 
 
 if __name__ == "__main__":

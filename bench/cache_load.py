@@ -19,13 +19,11 @@ Writes <results-dir>/cache_load.json and cache_load.md; progress goes to stderr.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
 import re
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -38,22 +36,16 @@ import requests
 import yaml
 
 from archive.build import CONFIG_DIR, MODEL_NAME
-from bench.common import (
-    DEFAULT_MODEL,
-    RESULTS_DIR,
-    Sentence,
-    archive_with,
-    is_standin,
-    load_model_dir,
-    sample_sentences,
-    write_result,
-)
+from bench.cli import BenchCli, Progress
+from bench.common import DEFAULT_MODEL, Sentence, archive_with, is_standin, sample_sentences
 from bench.load import LoadSpec, _aggregated, _locust_command, _probe
-from serving.server import TorchServe
+from bench.signature import command_of
+from serving.torchserve import TorchServe
 
 COMMAND = "python -m bench.cache_load"
 USER_CLASS = "StreamTranslator"  # bench/locustfile.py
 METRICS_SETTLE_S = 30.0  # the frontend reads worker metrics from their log stream, a little later
+say = Progress("cache_load")
 
 
 @dataclass(frozen=True)
@@ -149,7 +141,7 @@ def measure(
         "ZH_EN_PATH": spec.path,
         "ZH_EN_KEY_FILE": str(spec.key_file.resolve()),
     }
-    _progress(f"{name}: locust, {scenario.users} users, {scenario.duration}, {identity['version']}")
+    say(f"{name}: locust, {scenario.users} users, {scenario.duration}, {identity['version']}")
     prefix = workdir / spec.label
     command = [*_locust_command(spec, prefix), USER_CLASS]
     subprocess.run(command, env=env, check=False, stdout=subprocess.DEVNULL)
@@ -180,15 +172,14 @@ def _settled_counters(server: TorchServe, expected: float | None) -> dict[str, f
         if expected is None or counters["hits"] + counters["misses"] >= expected:
             return counters
         if time.monotonic() > deadline:
-            _progress(f"/metrics counted {counters} after {METRICS_SETTLE_S:.0f}s, expected {expected}")
+            say(f"/metrics counted {counters} after {METRICS_SETTLE_S:.0f}s, expected {expected}")
             return counters
         time.sleep(1.0)
 
 
-def run(model: str, scenario: Scenario, handler: dict[str, Any]) -> dict[str, Any]:
+def run(model_dir: Path, scenario: Scenario, handler: dict[str, Any]) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
-    model_dir = Path(model) if Path(model).is_dir() else load_model_dir(model)
     sentences = unique_sentences(sample_sentences(AutoTokenizer.from_pretrained(model_dir)))
     standin = is_standin(model_dir)
     streams = {
@@ -198,9 +189,7 @@ def run(model: str, scenario: Scenario, handler: dict[str, Any]) -> dict[str, An
     payload = bodies(sentences, scenario.num_beams, standin)
     config = yaml.safe_load((CONFIG_DIR / f"{MODEL_NAME}_int8.yaml").read_text())
     cache = {k: v for k, v in {**config["handler"], **handler}.items() if k.startswith("sentence_cache")}
-    _progress(
-        f"{len(sentences)} distinct Tatoeba sentences; int8 with {cache}, {config['minWorkers']} workers"
-    )
+    say(f"{len(sentences)} distinct Tatoeba sentences; int8 with {cache}, {config['minWorkers']} workers")
     runs = {}
     with tempfile.TemporaryDirectory(prefix="zh_en_cache_load_") as tmp:
         store, archive = archive_with("int8", model_dir, Path(tmp), handler)
@@ -209,13 +198,13 @@ def run(model: str, scenario: Scenario, handler: dict[str, Any]) -> dict[str, An
             with TorchServe(store, Path(tmp) / f"server-{name}", models=[archive]) as server:
                 runs[name] = measure(server, name, {"bodies": payload, "order": order}, scenario, Path(tmp))
             r = runs[name]
-            _progress(
+            say(
                 f"{name}: {r['requests']} requests, {r['failures']} failed, {r['rps']} req/s, "
                 f"p50 {r['p50_ms']:.0f} ms, p95 {r['p95_ms']:.0f} ms, hit rate {r['response_hit_rate']} "
                 f"(responses), {r['metrics']['hit_rate']} (/metrics), stream repeats {r['stream_repeats']}"
             )
     return {
-        "command": COMMAND,
+        "command": COMMAND,  # as before signatures; the signature holds the whole line
         "model": str(model_dir),
         "standin": standin,
         "output_lengths": "reference lengths (stand-in)" if standin else "natural",
@@ -236,7 +225,7 @@ def markdown(result: dict[str, Any]) -> str:
     decode = "model default" if result["num_beams"] is None else f"num_beams {result['num_beams']}"
     lines = [
         f"{result['date']}, {result['machine']['cpu']} ({result['machine']['cores']} cores), "
-        f"`{result['command']}`: "
+        f"`{command_of(result, COMMAND)}`: "
         f"int8, {result['workers']} workers, each with its own cache ({result['cache']}); {result['users']} "
         f"Locust users, no wait, {result['duration']} per run, {decode}, output lengths "
         f"{result['output_lengths']}; {result['sentences']} distinct Tatoeba sentences, Zipf s = "
@@ -263,27 +252,19 @@ def _percent(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
-def _progress(message: str) -> None:
-    print(f"[cache_load] {message}", file=sys.stderr, flush=True)
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--model", default=DEFAULT_MODEL, help="hub id, directory or synthetic")
-    parser.add_argument("--users", type=int, default=Scenario.users)
-    parser.add_argument("--duration", default=Scenario.duration, help="Locust run time per run, e.g. 30s")
-    parser.add_argument("--num-beams", type=int, help="default: the model's own (beam 4)")
-    parser.add_argument("--zipf-s", type=float, default=Scenario.zipf_s)
-    parser.add_argument("--seed", type=int, default=Scenario.seed)
-    parser.add_argument("--cache-entries", type=int, help="sentence_cache_entries; default: the yaml's")
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
-    args = parser.parse_args(argv)
+    cli = BenchCli("cache_load", __doc__, model=DEFAULT_MODEL, results_dir=True)
+    cli.parser.add_argument("--users", type=int, default=Scenario.users)
+    cli.parser.add_argument("--duration", default=Scenario.duration, help="Locust run time per run, e.g. 30s")
+    cli.parser.add_argument("--num-beams", type=int, help="default: the model's own (beam 4)")
+    cli.parser.add_argument("--zipf-s", type=float, default=Scenario.zipf_s)
+    cli.parser.add_argument("--seed", type=int, default=Scenario.seed)
+    cli.parser.add_argument("--cache-entries", type=int, help="sentence_cache_entries; default: the yaml's")
+    args = cli.parse(argv)
     scenario = Scenario(args.users, args.duration, args.num_beams, args.zipf_s, args.seed)
     handler = {} if args.cache_entries is None else {"sentence_cache_entries": args.cache_entries}
-    result = run(args.model, scenario, handler)
-    path = write_result("cache_load", result, args.results_dir)
+    result = run(cli.model_dir(), scenario, handler)
+    path = cli.write("cache_load", result)
     (args.results_dir / "cache_load.md").write_text(
         "# Sentence cache under load\n\n" + markdown(json.loads(path.read_text()))
     )

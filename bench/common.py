@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import platform
 import random
 import statistics
 import time
@@ -23,6 +21,7 @@ import yaml
 from archive.build import CONFIG_DIR, MODEL_NAME, ArchiveSpec, build_archive, model_digest
 from archive.model_source import resolve_model_dir
 from archive.tatoeba import REPO_ROOT, read_blocks
+from bench.signature import invoked_command, signature
 from handlers.handler_config import HandlerConfig
 from handlers.model.translator import STANDIN_MARKER
 
@@ -110,26 +109,6 @@ def percentiles(seconds: Sequence[float]) -> dict[str, float]:
     }
 
 
-def machine() -> dict[str, Any]:
-    """CPU model, cores and versions: every result names the machine it came from."""
-    import torch
-
-    cpu = platform.processor() or "unknown"
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "system": f"{platform.system()} {platform.release()}",
-    }
-
-
 def seconds_until(condition: Callable[[], bool], since: float, timeout: float = 300.0) -> float:
     """Seconds from `since` until `condition()` holds, polled every 0.1 s; TimeoutError past `timeout`."""
     while not condition():
@@ -139,13 +118,20 @@ def seconds_until(condition: Callable[[], bool], since: float, timeout: float = 
     return round(time.monotonic() - since, 2)
 
 
-def now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+def now(at: dt.datetime | None = None) -> str:
+    """The date results and plots show: minutes, UTC (the signature keeps the ISO form)."""
+    return (at or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def write_result(name: str, payload: dict[str, Any], results_dir: Path = RESULTS_DIR) -> Path:
-    """<results_dir>/<name>.json with the date and machine added; a rerun replaces it."""
+def write_result(
+    name: str, payload: dict[str, Any], results_dir: Path = RESULTS_DIR, command: str | None = None
+) -> Path:
+    """<results_dir>/<name>.json, signed with `command` (default: this process's command line); a rerun
+    replaces it. The top-level date and machine predate the signature and stay: reports read them."""
+    at = dt.datetime.now(dt.UTC)
+    stamp = signature(command or invoked_command(), at)
     results_dir.mkdir(parents=True, exist_ok=True)
     path = results_dir / f"{name}.json"
-    path.write_text(json.dumps({"date": now(), "machine": machine(), **payload}, indent=2) + "\n")
+    result = {"date": now(at), "machine": stamp["machine"], "signature": stamp, **payload}
+    path.write_text(json.dumps(result, indent=2) + "\n")
     return path

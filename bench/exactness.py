@@ -21,8 +21,6 @@ lengths cannot be forced on it). Writes bench/results/exactness.json.
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,12 +28,13 @@ from typing import Any
 
 import torch
 
-from bench.common import RESULTS_DIR, is_standin, load_model_dir, sample_sentences, write_result
+from bench.cli import BenchCli, Progress
+from bench.common import is_standin, sample_sentences
 from handlers.handler_config import HandlerConfig, Variant
 from handlers.model.batching import pad_batch
-from handlers.model.decoding import FastDecoder, GenerateDecoder, RowLimits
+from handlers.model.decoding import FastDecoder, GenerateDecoder, RowLimits, make_decoder
+from handlers.model.options import GenerationOptions
 from handlers.model.translator import Translator
-from handlers.wire.parsing import GenerationOptions
 
 BATCHES = (16, 64)
 STANDIN_NOTE = (
@@ -43,22 +42,21 @@ STANDIN_NOTE = (
 )
 
 Rows = list[list[int]]
+say = Progress("exactness")
 
 
 def compare(model_dir: Path, variant: Variant, beams: int, count: int) -> tuple[dict[str, Any], Rows]:
     """The run's figures, and the fast decoder's ids for each sentence alone."""
-    translator = Translator.load(model_dir, HandlerConfig(variant=variant, warmup=False))
-    fast = translator.decoder
+    # One load: generate() is the reference, and a fast decoder is built over the same model
+    # (make_decoder leaves it whole; only a server's load releases the layers the decoder copied).
+    translator = Translator.load(model_dir, HandlerConfig(variant=variant, decoder="generate", warmup=False))
+    fast = make_decoder("fast", translator.model, translator.tokenizer)
     assert isinstance(fast, FastDecoder)
-    # The reference needs the full output layer, which an int8 fast load releases: load it as generate.
-    reference_translator = Translator.load(
-        model_dir, HandlerConfig(variant=variant, decoder="generate", warmup=False)
-    )
-    bias = reference_translator.model.final_logits_bias
+    bias = translator.model.final_logits_bias
     suppressed = torch.ones(bias.shape[-1], dtype=torch.bool)
     suppressed[fast.output.ids] = False
     bias[0, suppressed] = -torch.inf
-    reference = GenerateDecoder(reference_translator.model, fast.rules)
+    reference = GenerateDecoder(translator.model, fast.rules)
 
     sentences = sample_sentences(translator.tokenizer, count)
     ids = translator.encode([s.source for s in sentences])
@@ -80,7 +78,7 @@ def compare(model_dir: Path, variant: Variant, beams: int, count: int) -> tuple[
         alone.append(ours)
         if ours != theirs:
             parted.append(first_difference(ours, theirs))
-        progress(f"{variant} beams={beams}", index, count, f"{len(parted)} differ", started)
+        _say_every_50(f"{variant} beams={beams}", index, count, f"{len(parted)} differ", started)
 
     def batched(size: int) -> Rows:
         rows: Rows = []
@@ -147,7 +145,7 @@ def peer_invariance(model_dir: Path, beams: int, count: int, length: int) -> lis
         alone: list[list[Any]] = []
         for index, text in enumerate(texts):
             alone += decode([text])
-            progress(f"{engine} beams={beams}", index, count, "alone", started)
+            _say_every_50(f"{engine} beams={beams}", index, count, "alone", started)
         grouped = [row for start in range(0, count, 16) for row in decode(texts[start : start + 16])]
         changed = changes(alone, grouped)
         reports.append(
@@ -171,28 +169,20 @@ def first_difference(ours: list[int], theirs: list[int]) -> int:
     return next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), len(ours))
 
 
-def progress(label: str, index: int, count: int, status: str, started: float) -> None:
+def _say_every_50(label: str, index: int, count: int, status: str, started: float) -> None:
     if (index + 1) % 50 == 0:
-        print(
-            f"[exactness] {label}: {index + 1}/{count}, {status}, {time.perf_counter() - started:.0f}s",
-            file=sys.stderr,
-            flush=True,
-        )
+        say(f"{label}: {index + 1}/{count}, {status}, {time.perf_counter() - started:.0f}s")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--model", default="synthetic", help="hub id, directory or synthetic")
-    parser.add_argument("--sentences", type=int, default=500)
-    parser.add_argument("--variants", nargs="+", default=["int8", "fp32"], choices=["int8", "fp32"])
-    parser.add_argument("--beams", type=int, nargs="+", default=[1, 4])
-    parser.add_argument("--peer-length", type=int, default=40, help="tokens per row in the peer runs")
-    parser.add_argument("--no-peer", action="store_true", help="leave CTranslate2's invariance out")
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
-    args = parser.parse_args(argv)
-    model_dir = Path(args.model) if Path(args.model).is_dir() else load_model_dir(args.model)
+    cli = BenchCli("exactness", __doc__, model="synthetic", results_dir=True)
+    cli.parser.add_argument("--sentences", type=int, default=500)
+    cli.parser.add_argument("--variants", nargs="+", default=["int8", "fp32"], choices=["int8", "fp32"])
+    cli.parser.add_argument("--beams", type=int, nargs="+", default=[1, 4])
+    cli.parser.add_argument("--peer-length", type=int, default=40, help="tokens per row in the peer runs")
+    cli.parser.add_argument("--no-peer", action="store_true", help="leave CTranslate2's invariance out")
+    args = cli.parse(argv)
+    model_dir = cli.model_dir()
     runs, alone = [], {}
     for variant in args.variants:
         for beams in args.beams:
@@ -217,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         "peer_invariance": peer,
     }
     print(markdown(result))
-    print(f"written to {write_result('exactness', result, args.results_dir)}")
+    print(f"written to {cli.write('exactness', result)}")
     return 0
 
 

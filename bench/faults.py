@@ -17,29 +17,22 @@ the same functions on the tiny stand-in, with either scheduler, and assert on th
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import (
-    DEFAULT_MODEL,
-    SCHEDULERS,
-    archive_with,
-    load_model_dir,
-    seconds_until,
-    write_result,
-)
+from bench.cli import BenchCli, Progress
+from bench.common import DEFAULT_MODEL, SCHEDULERS, archive_with, seconds_until
 from bench.steady_load import SteadyLoad
 from serving.client import MODEL_NAME, TorchServeClient
-from serving.server import TorchServe
 from serving.swap import resolve_target, swap
+from serving.torchserve import TorchServe
 
 VERSIONS = ("1.0-fp32", "1.0-int8")
+say = Progress("faults")
 
 
 def swap_under_load(server: TorchServe, load: SteadyLoad, seconds: float, workers: int = 2) -> dict[str, Any]:
@@ -49,7 +42,7 @@ def swap_under_load(server: TorchServe, load: SteadyLoad, seconds: float, worker
     while time.monotonic() - started < seconds or len(swaps) < 2 or len(swaps) % 2:
         target = VERSIONS[len(swaps) % 2]
         began = time.monotonic()
-        swap(server.client, resolve_target(target, server.model_store), workers, say=_say)
+        swap(server.client, resolve_target(target, server.model_store), workers, say=say)
         swaps.append({"to": target, "seconds": round(time.monotonic() - began, 1)})
         time.sleep(2.0)  # let the new default answer for a while before the next swap
     return {"swaps": swaps, "seconds": round(time.monotonic() - started, 1)}
@@ -84,10 +77,6 @@ def _healthy(client: TorchServeClient) -> bool:
     return response.status_code == 200 and response.json().get("status") == "Healthy"
 
 
-def _say(message: str) -> None:
-    print(f"  [swap] {message}", file=sys.stderr, flush=True)
-
-
 def cold_store(model_dir: Path, workdir: Path, scheduler: str = "static") -> Path:
     """Both archives packed with the sentence cache off: the few texts repeat, and a cache would
     answer them without the model, so swaps and kills would meet idle workers."""
@@ -103,16 +92,13 @@ def workers_of(scheduler: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--model", default=DEFAULT_MODEL, help="hub id, directory or synthetic")
-    parser.add_argument("--swap-seconds", type=float, default=60.0)
-    parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--num-beams", type=int, default=1)
-    parser.add_argument("--max-new-tokens", type=int, default=16)
-    parser.add_argument("--scheduler", default="static", choices=list(SCHEDULERS))
-    args = parser.parse_args(argv)
+    cli = BenchCli("faults", __doc__, model=DEFAULT_MODEL)
+    cli.parser.add_argument("--swap-seconds", type=float, default=60.0)
+    cli.parser.add_argument("--concurrency", type=int, default=4)
+    cli.parser.add_argument("--num-beams", type=int, default=1)
+    cli.parser.add_argument("--max-new-tokens", type=int, default=16)
+    cli.parser.add_argument("--scheduler", default="static", choices=list(SCHEDULERS))
+    args = cli.parse(argv)
     workers = workers_of(args.scheduler)
     texts = ["汤姆不会同意的。", "我要看病。", "那个穿棕色大衣的女人是谁？", "如果今天是星期日，我會去釣魚。"]
     options = {"num_beams": args.num_beams, "max_new_tokens": args.max_new_tokens}
@@ -121,17 +107,17 @@ def main(argv: list[str] | None = None) -> int:
         "concurrency": args.concurrency,
         "options": options,
     }
-    model_dir = Path(args.model) if Path(args.model).is_dir() else load_model_dir(args.model)
+    model_dir = cli.model_dir()
     with (
         tempfile.TemporaryDirectory(prefix="zh_en_faults_") as workdir,
         TorchServe(cold_store(model_dir, Path(workdir), args.scheduler), Path(workdir) / "server") as server,
     ):
         endpoints = server.client.endpoints
-        print(f"swapping versions for {args.swap_seconds:.0f}s under load ...", file=sys.stderr)
+        say(f"swapping versions for {args.swap_seconds:.0f}s under load ...")
         with SteadyLoad(endpoints, server.key_file, texts, args.concurrency, options=options) as load:
             result["swap"] = swap_under_load(server, load, args.swap_seconds, workers)
         result["swap"].update(summarize(load))
-        print("killing one worker under load ...", file=sys.stderr)
+        say("killing one worker under load ...")
         with SteadyLoad(endpoints, server.key_file, texts, args.concurrency, options=options) as load:
             time.sleep(3.0)
             result["kill"] = kill_worker_under_load(server, workers)
@@ -140,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         answer = server.client.translate(texts[0]).json()
         result["model"] = {key: answer.get(key) for key in ("model", "version", "variant", "standin")}
     name = "faults" if args.scheduler == "static" else f"faults-{args.scheduler}"
-    path = write_result(name, {"model_name": MODEL_NAME, **result})
+    path = cli.write(name, {"model_name": MODEL_NAME, **result})
     swap_part, kill_part = result["swap"], result["kill"]
     print(
         f"swaps: {len(swap_part['swaps'])} in {swap_part['seconds']}s, "

@@ -20,25 +20,26 @@ functions on the tiny stand-in and asserts zero failures.
 
 from __future__ import annotations
 
-import argparse
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import percentiles, seconds_until, write_result
+from bench.cli import BenchCli, Progress
+from bench.common import percentiles, seconds_until
 from bench.faults import summarize
 from bench.steady_load import SteadyLoad
 from serving.client import Endpoints, TorchServeClient
 from serving.fleet_keys import KeyStore, write_client_key
 from serving.nginx_conf import FrontDoorConfig
+from serving.ports import free_port
 from serving.replica_set import Fleet
-from serving.server import TorchServe, free_port
+from serving.torchserve import TorchServe
 
 TEXTS = ["汤姆不会同意的。", "我要看病。", "那个穿棕色大衣的女人是谁？", "如果今天是星期日，我會去釣魚。"]
 UNLIMITED = {"rate_per_second": 100_000, "burst": 100_000}
+say = Progress("fleet_faults")
 
 
 def load_key(fleet: Fleet, name: str = "load") -> Path:
@@ -220,40 +221,34 @@ def _failed(part: dict[str, Any]) -> str:
     )
 
 
-def _say(message: str) -> None:
-    print(f"  [roll] {message}", file=sys.stderr, flush=True)
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--model-store", type=Path, default=Path("model_store"))
-    parser.add_argument("--replicas", type=int, default=2)
-    parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--num-beams", type=int, default=1)
-    parser.add_argument("--max-new-tokens", type=int, default=16)
-    parser.add_argument(
+    cli = BenchCli("fleet_faults", __doc__)
+    cli.parser.add_argument("--model-store", type=Path, default=Path("model_store"))
+    cli.parser.add_argument("--replicas", type=int, default=2)
+    cli.parser.add_argument("--concurrency", type=int, default=4)
+    cli.parser.add_argument("--num-beams", type=int, default=1)
+    cli.parser.add_argument("--max-new-tokens", type=int, default=16)
+    cli.parser.add_argument(
         "--settle", type=float, default=3.0, help="seconds of load before and after each event"
     )
-    args = parser.parse_args(argv)
+    args = cli.parse(argv)
     options = {"num_beams": args.num_beams, "max_new_tokens": args.max_new_tokens}
     result: dict[str, Any] = {"replicas": args.replicas, "concurrency": args.concurrency, "options": options}
     with tempfile.TemporaryDirectory(prefix="zh_en_fleet_") as workdir:
         door = FrontDoorConfig(listen=f"127.0.0.1:{free_port()}", **UNLIMITED)
         fleet = Fleet.create(Path(workdir), args.model_store, door=door)
         try:
-            print(f"starting {args.replicas} replicas behind nginx ...", file=sys.stderr, flush=True)
+            say(f"starting {args.replicas} replicas behind nginx ...")
             started = time.monotonic()
             fleet.start(args.replicas)
             result["start_s"] = round(time.monotonic() - started, 1)
             key = load_key(fleet)
 
             def run(label: str, action: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-                print(f"{label} under load ...", file=sys.stderr, flush=True)
+                say(f"{label} under load ...")
                 return under_load(fleet, key, args.concurrency, options, args.settle, action)
 
-            result["roll"] = run("rolling int8 -> fp32 -> int8", lambda: roll_under_load(fleet, say=_say))
+            result["roll"] = run("rolling int8 -> fp32 -> int8", lambda: roll_under_load(fleet, say=say))
             victim = fleet.names()[0]
             result["kill"] = run(f"killing {victim}", lambda: kill_replica_under_load(fleet, victim))
             result["add"] = run("adding a replica", lambda: add_replica_under_load(fleet))
@@ -265,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             fleet.stop()
     result["table_markdown"] = table(result)
-    path = write_result("fleet_faults", result)
+    path = cli.write("fleet_faults", result)
     print(f"{result['table_markdown']}\nwritten to {path}")
     return 0
 

@@ -14,23 +14,22 @@ alone, bit for bit. Writes <results-dir>/int8_kernels.json and prints a markdown
 
 from __future__ import annotations
 
-import argparse
 import time
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from bench.common import RESULTS_DIR, write_result
+from bench.cli import BenchCli, Progress
 from handlers.model.row_int8 import RowInt8Linear
 
 # (in, out) of the model's Linears: attention projections, FFN in/out, the target-side output layer.
 SHAPES = ((512, 512), (512, 2048), (2048, 512), (512, 32000))
 ROWS = (1, 4, 16, 64)
 KERNELS = ("fp32", "per_tensor", "per_row", "int_mm", "weight_only")
+say = Progress("int8_kernels")
 
 
 def kernels(linear: nn.Linear) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
@@ -85,7 +84,7 @@ def measure(reps_scale: float) -> list[dict[str, Any]]:
                 for name, call in calls.items():
                     row[name] = microseconds(lambda call=call, x=x: call(x), reps)  # type: ignore[misc]
             rows.append(row)
-            print(f"[int8_kernels] {row}", flush=True)
+            say(str(row))
     return rows
 
 
@@ -116,26 +115,24 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    cli = BenchCli("int8_kernels", __doc__, results_dir=True)
+    cli.parser.add_argument(
+        "--reps-scale", type=float, default=1.0, help="more (or fewer) timed calls per cell"
     )
-    parser.add_argument("--reps-scale", type=float, default=1.0, help="more (or fewer) timed calls per cell")
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
-    args = parser.parse_args(argv)
+    args = cli.parse(argv)
     torch.set_num_threads(1)
     rows = measure(args.reps_scale)
     invariant = per_row_invariant()
     table = markdown(rows)
-    path = write_result(
+    path = cli.write(
         "int8_kernels",
         {
-            "command": "python -m bench.int8_kernels " + " ".join(argv or []),
+            "command": cli.command,  # as before signatures, which hold it too
             "unit": "microseconds per call, 1 thread",
             "per_row_batch_invariant": invariant,
             "rows": rows,
             "table": table,
         },
-        args.results_dir,
     )
     print(table)
     print(f"per_row batch invariant: {invariant}\nwritten to {path}")

@@ -36,7 +36,6 @@ import json
 import multiprocessing
 import os
 import resource
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -44,18 +43,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from bench.common import (
-    DEFAULT_MODEL,
-    RESULTS_DIR,
-    Sentence,
-    archive_with,
-    is_standin,
-    load_model_dir,
-    percentiles,
-    write_result,
-)
+from bench.cli import BenchCli, Progress
+from bench.common import DEFAULT_MODEL, Sentence, archive_with, is_standin, percentiles
 from bench.ladder_targets import http_overhead_ms, markdown, peer_ratios, targets
 from bench.process_memory import memory_mb, ready_worker_pids, workers_memory
+from handlers.handler_config import DecoderName, Variant
 
 Shape = Literal["fixed128", "dynamic", "batch", "http"]
 Engine = Literal["torch", "ctranslate2"]
@@ -63,16 +55,17 @@ FIXED_LENGTH = 128
 BATCH = 16
 WARMUP = 2
 QUICK_SENTENCES = 16  # one full batch for rungs 4 and 7
+say = Progress("latency")
 
 
 @dataclass(frozen=True)
 class Rung:
     number: int
     name: str
-    variant: Literal["fp32", "int8"]
+    variant: Variant
     shape: Shape
     engine: Engine = "torch"
-    decoder: Literal["fast", "generate"] = "fast"
+    decoder: DecoderName = "fast"
     # CTranslate2 only: restrict its output to the target side (use_vmap), as our output layer is.
     vmap: bool = False
     # On the stand-in a batch is forced to its longest reference (equal work for every engine, as
@@ -139,7 +132,7 @@ def pad_to_fixed(ids: Sequence[Sequence[int]], length: int, pad_id: int) -> tupl
 
 def options_for(sentences: Sequence[Sentence], beams: int, standin: bool, shared: bool = False) -> list[Any]:
     """Per-sentence options; a stand-in is forced to reference lengths (`shared`: all to the longest)."""
-    from handlers.wire.parsing import GenerationOptions
+    from handlers.model.options import GenerationOptions
 
     if not standin:
         return [GenerationOptions(num_beams=beams) for _ in sentences]
@@ -271,7 +264,7 @@ def measure_http(model_dir: Path, sentences: list[Sentence], beams: int, standin
     It serves the int8 archive packed with the sentence cache off: the warm-up resends measured
     bodies, which a cache would then answer without the model.
     """
-    from serving.server import TorchServe
+    from serving.torchserve import TorchServe
 
     bodies = request_bodies(sentences, beams, standin)
     with tempfile.TemporaryDirectory(prefix="zh_en_latency_") as workdir:
@@ -341,50 +334,40 @@ def run_rung(
     converted: Path | None = None,
 ) -> dict[str, Any]:
     label = f"beams={beams} rung {rung.number} ({rung.name})"
-    print(f"[latency] {label}: start, {len(sentences)} sentences", file=sys.stderr, flush=True)
+    say(f"{label}: start, {len(sentences)} sentences")
     began = time.perf_counter()
     if rung.shape == "http":
         figures = measure_http(model_dir, sentences, beams, is_standin(model_dir))
     else:
         figures = _in_subprocess(rung, model_dir, sentences, beams, converted)
-    print(
-        f"[latency] {label}: done in {time.perf_counter() - began:.0f}s, p50 {figures['p50_ms']:.1f} ms, "
-        f"{figures['sentences_per_s']} sent/s, RSS {figures.get('rss_mb')} MB",
-        file=sys.stderr,
-        flush=True,
+    say(
+        f"{label}: done in {time.perf_counter() - began:.0f}s, p50 {figures['p50_ms']:.1f} ms, "
+        f"{figures['sentences_per_s']} sent/s, RSS {figures.get('rss_mb')} MB"
     )
     return {"rung": rung.number, "name": rung.name, "variant": rung.variant, **figures}
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--model", default=DEFAULT_MODEL, help="hub id, directory or synthetic")
-    parser.add_argument("--sentences", type=int, default=30)
-    parser.add_argument("--beams", type=int, nargs="+", default=[1, 4])
-    parser.add_argument("--http", action="store_true", help="add rung 5 through a real TorchServe")
-    parser.add_argument(
+def command() -> BenchCli:
+    cli = BenchCli("latency", __doc__, model=DEFAULT_MODEL, results_dir=True)
+    cli.parser.add_argument("--sentences", type=int, default=30)
+    cli.parser.add_argument("--beams", type=int, nargs="+", default=[1, 4])
+    cli.parser.add_argument("--http", action="store_true", help="add rung 5 through a real TorchServe")
+    cli.parser.add_argument(
         "--no-peer",
         action="store_true",
         help="leave out rungs 6-7, 11-12 (CTranslate2 int8, a benchmark peer)",
     )
-    parser.add_argument(
+    cli.parser.add_argument(
         "--quick", action="store_true", help=f"{QUICK_SENTENCES} sentences, greedy only (smoke run)"
     )
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.sentences, args.beams = QUICK_SENTENCES, [1]
-    return args
+    return cli
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     from bench.common import sample_sentences
 
-    model_dir = Path(args.model) if Path(args.model).is_dir() else load_model_dir(args.model)
     sentences = sample_sentences(AutoTokenizer.from_pretrained(model_dir), args.sentences)
     standin = is_standin(model_dir)
     peer, converted = prepare_peer(model_dir, args.no_peer)
@@ -425,7 +408,7 @@ def prepare_peer(model_dir: Path, no_peer: bool) -> tuple[dict[str, Any], Path |
     try:
         ctranslate2_peer.require()
     except ctranslate2_peer.PeerUnavailable as error:
-        print(f"[latency] rungs 6-7 (CTranslate2 peer) left out: {error}", file=sys.stderr, flush=True)
+        say(f"rungs 6-7 (CTranslate2 peer) left out: {error}")
         return {"skipped": str(error)}, None
     began = time.perf_counter()
     converted = ctranslate2_peer.cached(model_dir)
@@ -434,11 +417,9 @@ def prepare_peer(model_dir: Path, no_peer: bool) -> tuple[dict[str, Any], Path |
         # starts from this process's RSS at the fork, so converting here would raise every rung's peak.
         with multiprocessing.get_context("spawn").Pool(1, maxtasksperchild=1) as pool:
             converted = pool.apply(ctranslate2_peer.convert, (model_dir,))
-    print(
-        f"[latency] CTranslate2 {ctranslate2_peer.version()} int8 model ready in "
-        f"{time.perf_counter() - began:.0f}s: {converted}",
-        file=sys.stderr,
-        flush=True,
+    say(
+        f"CTranslate2 {ctranslate2_peer.version()} int8 model ready in "
+        f"{time.perf_counter() - began:.0f}s: {converted}"
     )
     peer = {
         "engine": f"CTranslate2 {ctranslate2_peer.version()}",
@@ -450,9 +431,12 @@ def prepare_peer(model_dir: Path, no_peer: bool) -> tuple[dict[str, Any], Path |
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    result = run(args)
-    path = write_result("latency", result, args.results_dir)
+    cli = command()
+    args = cli.parse(argv)
+    if args.quick:
+        args.sentences, args.beams = QUICK_SENTENCES, [1]
+    result = run(args, cli.model_dir())
+    path = cli.write("latency", result)
     print(markdown(result))
     print(f"\nwritten to {path}")
     return 0

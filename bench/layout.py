@@ -42,19 +42,22 @@ import yaml
 
 from archive.build import CONFIG_DIR, MODEL_NAME, ArchiveSpec, build_archive, model_digest
 from archive.tatoeba import REPO_ROOT
-from bench.common import CACHE_OFF, DEFAULT_MODEL, RESULTS_DIR, is_standin, load_model_dir, write_result
+from bench.cli import BenchCli, Progress
+from bench.common import CACHE_OFF, DEFAULT_MODEL, is_standin
 from bench.layout_report import decode_label, markdown_table, plot, point_name, winning_config, write_markdown
 from bench.load import LoadSpec, run_load
 from bench.process_memory import memory_mb, peak_mb, ready_worker_pids, workers_memory
-from handlers.handler_config import HandlerConfig
+from handlers.handler_config import DECODER_NAMES, DecoderName, HandlerConfig
 from serving.client import ServerError
-from serving.server import TorchServe, process_alive
+from serving.processes import process_alive
+from serving.torchserve import TorchServe
 
 # One full-size int8 point besides its Locust run time (AMD EPYC, 2 shared cores, 2026-11-22): build
 # 1-1.5 s, workers loading, quantizing and warming up (~20 s), Locust's setup and its wait for the
 # requests still in flight (up to its 30 s stop timeout), stop: 48 s at 2 x 1, ~60 s at 1 x 2 (p95
 # 41 s at beam 4). Only for the estimate printed before a sweep.
 OVERHEAD_S = 55.0
+say = Progress("layout")
 
 
 @dataclass(frozen=True)
@@ -142,7 +145,7 @@ def grid(
     return points, list(skipped)
 
 
-def layout_config(base: dict[str, Any], point: Point, decoder: str | None = None) -> dict[str, Any]:
+def layout_config(base: dict[str, Any], point: Point, decoder: DecoderName | None = None) -> dict[str, Any]:
     """The variant's model config with the point's layout, every other key kept.
 
     Its handler section goes through HandlerConfig first: a bad value fails here, not in a worker.
@@ -174,7 +177,7 @@ class Sweep:
     base: dict[str, Any]
     decodes: tuple[int | None, ...]
     plan: Plan
-    decoder: str | None = None
+    decoder: DecoderName | None = None
 
 
 def read_base_config(config_dir: Path, variant: str) -> dict[str, Any]:
@@ -273,13 +276,10 @@ def parse_beams(value: str) -> int | None:
     return None if value == "default" else int(value)
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+def command() -> BenchCli:
+    cli = BenchCli("layout", __doc__, model=DEFAULT_MODEL, strict=True, results_dir=True)
+    parser = cli.parser
     parser.add_argument("--variant", choices=("int8", "fp32"), default="int8")
-    parser.add_argument("--model", default=DEFAULT_MODEL, help="hub id, directory or synthetic")
-    parser.add_argument("--strict", action="store_true", help="fail instead of falling back to the stand-in")
     parser.add_argument("--workers", type=int, nargs="+", help="default: every split of the cores")
     parser.add_argument(
         "--threads", type=int, nargs="+", help="intra-op threads per worker (default: as above)"
@@ -293,16 +293,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=[None],
         help="decodes per point, 'default' = the model's own (the winner is picked on the first)",
     )
-    parser.add_argument("--decoder", choices=("fast", "generate"), help="default: the yaml's")
+    parser.add_argument("--decoder", choices=DECODER_NAMES, help="default: the yaml's")
     parser.add_argument("--users", type=int, help=f"Locust users, default {FULL.users}")
     parser.add_argument("--duration", help=f"Locust run time per decode and point, default {FULL.duration}")
     parser.add_argument("--cores", type=int, default=usable_cores(), help="default: this machine's")
     parser.add_argument("--oversubscribe", action="store_true", help="keep workers x threads > cores")
     parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR, help="where zh_en_<variant>.yaml is")
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument("--quick", action="store_true", help="smoke run: 2 points, 4 users, 4 s")
     parser.add_argument("--name", help="results file name (default: layout, or layout-quick)")
-    return parser.parse_args(argv)
+    return cli
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    return command().parse(argv)
 
 
 def plan_of(args: argparse.Namespace) -> Plan:
@@ -320,9 +323,8 @@ def plan_of(args: argparse.Namespace) -> Plan:
     )
 
 
-def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
+def run(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
     plan = plan_of(args)
-    model_dir = Path(args.model) if Path(args.model).is_dir() else load_model_dir(args.model, args.strict)
     beams, decodes = model_beams(model_dir), tuple(args.num_beams)
     points, skipped = grid(plan, max(b or beams for b in decodes), args.cores, args.oversubscribe)
     base_path = args.config_dir / f"{MODEL_NAME}_{args.variant}.yaml"
@@ -330,17 +332,16 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
     sweep = Sweep(args.variant, model_dir, base, decodes, plan, args.decoder)
     checked = [HandlerConfig.from_mapping(layout_config(base, p, args.decoder)["handler"]) for p in points]
     per_point = _seconds(plan.duration) * len(decodes) + OVERHEAD_S
-    _say(
-        f"bench.layout: {len(points)} points x {len(decodes)} decode(s), {args.variant}, {args.cores} cores, "
+    say(
+        f"{len(points)} points x {len(decodes)} decode(s), {args.variant}, {args.cores} cores, "
         f"{plan.users} users x {plan.duration}; full-size model: about {len(points) * per_point / 60:.0f} min"
     )
     for line in skipped:
-        _say(f"  left out: {line}")
+        say(f"left out: {line}")
     started = time.monotonic()
     rows = _measure_all(sweep, points, model_digest(model_dir))
     return {
         "name": plan.name,
-        "command": command,
         "variant": args.variant,
         "model": str(model_dir),
         "standin": is_standin(model_dir),
@@ -362,10 +363,10 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
 def _measure_all(sweep: Sweep, points: Sequence[Point], digest: str) -> list[dict[str, Any]]:
     started, rows = time.monotonic(), []
     for index, point in enumerate(points, start=1):
-        _say(f"[{index}/{len(points)}] {point.name}: building, starting, loading ...")
+        say(f"[{index}/{len(points)}] {point.name}: building, starting, loading ...")
         rows.append(measure(sweep, point, digest))
         left = (time.monotonic() - started) / index * (len(points) - index)
-        _say(f"[{index}/{len(points)}] {point.name}: {_outcome(rows[-1])} (~{left:.0f}s to go)")
+        say(f"[{index}/{len(points)}] {point.name}: {_outcome(rows[-1])} (~{left:.0f}s to go)")
     return rows
 
 
@@ -392,24 +393,20 @@ def _seconds(duration: str) -> float:
     return float(duration[:-1]) * units[duration[-1]] if duration[-1] in units else float(duration)
 
 
-def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    command = "python -m bench.layout " + " ".join(argv if argv is not None else sys.argv[1:])
-    result = run(args, command.strip())
+    cli = command()
+    args = cli.parse(argv)
+    result = run(args, cli.model_dir())
     out = args.results_dir
-    path = write_result(result["name"], result, out)
-    result = json.loads(path.read_text())  # with the date and machine write_result adds
+    path = cli.write(result["name"], result)
+    result = json.loads(path.read_text())  # with the date, machine and signature write_result adds
     figure = plot(result, out)
     report = write_markdown(result, out, figure)
     print(markdown_table(result))
     print(f"\nWinning model-config values (config/{MODEL_NAME}_{result['variant']}.yaml):\n")
     print(winning_config(result))
     written = ", ".join(str(p) for p in (path, report, figure) if p is not None)
-    _say(f"written: {written}")
+    say(f"written: {written}")
     return 0 if result["winner"] is not None else 1
 
 

@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from bench.signature import command_of
+
 
 def point_name(point: Mapping[str, int]) -> str:
     return (
@@ -87,7 +89,7 @@ def write_markdown(result: dict[str, Any], out: Path, plot: Path | None) -> Path
     parts = [
         f"# Worker layout, {result['variant']} ({result['date']})",
         "",
-        f"- `{result['command']}`: {len(result['points'])} points in {result['elapsed_s'] / 60:.1f} minutes",
+        f"- `{command_of(result)}`: {len(result['points'])} points in {result['elapsed_s'] / 60:.1f} minutes",
         f"- machine: {m['cpu']}, {m['cores']} cores, {m['system']}, Python {m['python']}, torch {m['torch']}",
         f"- each point: a fresh TorchServe; {result['users']} Locust users (no wait, on the same host), "
         f"{result['duration']} per decode: {decodes} (default: the model's {result['model_beams']} beams)",

@@ -16,7 +16,6 @@ without the model: bench.run_all and bench.layout serve archives packed with it 
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import os
@@ -30,11 +29,13 @@ from urllib.parse import urlparse
 
 import requests
 
+from bench.cli import BenchCli, Progress
 from bench.common import RESULTS_DIR, load_model_dir, sample_sentences, write_result
 from serving.client import read_key
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+say = Progress("load")
 
 
 @dataclass(frozen=True)
@@ -59,9 +60,15 @@ class LoadSpec:
 
 
 def run_load(
-    spec: LoadSpec, results_dir: Path = RESULTS_DIR, model_dir: Path | None = None
+    spec: LoadSpec,
+    results_dir: Path = RESULTS_DIR,
+    model_dir: Path | None = None,
+    command: str | None = None,
 ) -> dict[str, Any]:
-    """Run Locust headless against `spec.host`; return (and write) the summary."""
+    """Run Locust headless against `spec.host`; return (and write) the summary.
+
+    `command` signs the result: the bench command that ran this load (default: this process's).
+    """
     if urlparse(spec.host).hostname not in LOOPBACK:
         raise SystemExit(f"bench.load only targets this machine (127.0.0.1/localhost), not {spec.host}")
     identity = _probe(spec)
@@ -82,11 +89,9 @@ def run_load(
             "ZH_EN_DOCUMENT_SENTENCES": str(spec.document_sentences),
         }
         lengths = "stand-in: reference lengths" if identity["standin"] else "real model"
-        print(
+        say(
             f"locust: {spec.users} users, {spec.duration}, num_beams={spec.num_beams or 'model default'}, "
-            f"{identity['version']} ({lengths})",
-            file=sys.stderr,
-            flush=True,
+            f"{identity['version']} ({lengths})"
         )
         subprocess.run(_locust_command(spec, prefix), env=env, check=False, stdout=subprocess.DEVNULL)
     summary = {
@@ -101,7 +106,7 @@ def run_load(
             str(path.relative_to(results_dir)) for path in sorted(results_dir.glob(f"{spec.label}_*.csv"))
         ],
     }
-    path = write_result(spec.label, summary, results_dir)
+    path = write_result(spec.label, summary, results_dir, command)
     print(
         f"{spec.label}: {summary['requests']} requests, {summary['failures']} failed, "
         f"{summary['rps']:.1f} req/s, p50 {summary['p50_ms']:.0f} ms, p95 {summary['p95_ms']:.0f} ms, "
@@ -180,9 +185,8 @@ def _by_name(stats_csv: Path) -> dict[str, dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    cli = BenchCli("load", __doc__, results_dir=True)
+    parser = cli.parser
     parser.add_argument("--host", default="http://127.0.0.1:8080")
     parser.add_argument("--users", type=int, default=100)
     parser.add_argument("--spawn-rate", type=float, default=100.0)
@@ -193,8 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-requests", type=int, default=0, help="stop after this many (0: no cap)")
     parser.add_argument("--label", default="load")
     parser.add_argument("--model-dir", type=Path, help="tokenizer for reference lengths (stand-in)")
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
-    args = parser.parse_args(argv)
+    args = cli.parse(argv)
     spec = LoadSpec(
         args.host,
         args.users,
@@ -206,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         args.max_requests,
         label=args.label,
     )
-    summary = run_load(spec, args.results_dir, args.model_dir)
+    summary = run_load(spec, args.results_dir, args.model_dir, cli.command)
     return 0 if summary["failures"] == 0 else 1
 
 

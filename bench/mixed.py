@@ -37,26 +37,16 @@ from typing import Any
 
 import requests
 
-from bench.common import (
-    RESULTS_DIR,
-    SCHEDULERS,
-    archive_with,
-    is_standin,
-    load_model_dir,
-    sample_sentences,
-    write_result,
-)
+from bench.cli import BenchCli, Progress
+from bench.common import SCHEDULERS, archive_with, is_standin, sample_sentences
 from bench.load import LoadSpec, run_load
 from handlers.handler_config import HandlerConfig
+from handlers.model.options import GenerationOptions
 from handlers.model.translator import Translator
-from handlers.wire.parsing import GenerationOptions
-from serving.server import TorchServe
+from serving.torchserve import TorchServe
 
 LOAD_KEYS = ("requests", "failures", "rps", "p50_ms", "p95_ms", "p99_ms")
-
-
-def say(message: str) -> None:
-    print(f"[mixed] {message}", file=sys.stderr, flush=True)
+say = Progress("mixed")
 
 
 def measure(
@@ -221,8 +211,8 @@ def report(result: dict[str, Any], path: Path) -> None:
     lines = [
         "# Static batching against step scheduling (bench.mixed)",
         "",
-        f"{result['date']}, {m['cpu']} ({m['cores']} cores), commit {result['commit']}. "
-        f"Command: `{result['command']}`."
+        f"{result['date']}, {m['cpu']} ({m['cores']} cores), commit {result['signature']['commit']}. "
+        f"Command: `{result['signature']['command']}`."
         + (
             " Offline stand-in (random weights), outputs forced to reference lengths."
             if result["standin"]
@@ -278,7 +268,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     axis.set_title("Interactive p95, alone and with 10% of users sending documents")
     axis.legend(fontsize=8)
     m = result["machine"]
-    footer = f"{m['cpu']}, {m['cores']} cores, {result['date']}, commit {result['commit']}"
+    footer = f"{m['cpu']}, {m['cores']} cores, {result['date']}, commit {result['signature']['commit']}"
     if result["standin"]:
         footer += ", offline stand-in"
     figure.text(0.5, 0.005, footer, ha="center", fontsize=7, color="#555555")
@@ -288,10 +278,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--model", default="synthetic", help="hub id, directory or synthetic (the stand-in)")
+    cli = BenchCli("mixed", __doc__, model="synthetic", results_dir=True)
+    parser = cli.parser
     parser.add_argument("--users", type=int, default=40)
     parser.add_argument("--document-users", type=int, default=4)
     parser.add_argument("--uniform-users", type=int, default=100)
@@ -299,12 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--beams", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--stream-sentences", type=int, default=200)
     parser.add_argument("--schedulers", nargs="+", default=list(SCHEDULERS), choices=list(SCHEDULERS))
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
-    args = parser.parse_args(argv)
-    model_dir = load_model_dir(args.model)
+    args = cli.parse(argv)
+    model_dir = cli.model_dir()
     result: dict[str, Any] = {
-        "command": "python -m bench.mixed " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "commit": _commit(),
         "beams": args.beams,
         "standin": is_standin(model_dir),
         "schedulers": {},
@@ -317,20 +302,13 @@ def main(argv: list[str] | None = None) -> int:
             result["schedulers"][name] = measure(name, args, model_dir, Path(tmp), bodies)
     if set(result["schedulers"]) == set(SCHEDULERS):
         result["targets"] = targets(result, args.beams)
-    path = write_result("mixed", result, args.results_dir)
+    path = cli.write("mixed", result)
     saved = json.loads(path.read_text())
     if "targets" in saved:
         report(saved, args.results_dir / "mixed.md")
         plot(saved, args.results_dir / "mixed.png")
     print(json.dumps(saved.get("targets", saved["schedulers"]), indent=2))
     return 0
-
-
-def _commit() -> str:
-    import subprocess
-
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
-    return out.stdout.strip() or "unknown"
 
 
 if __name__ == "__main__":

@@ -3,25 +3,27 @@
     python -m bench.profile [--model synthetic] [--variant int8] [--decoder fast|generate]
                             [--beams 4] [--batch 16] [--top 25]
 
-Writes bench/results/profile-<decoder>-<variant>-beam<B>-batch<N>.txt (machine, date, table).
+Writes bench/results/profile-<decoder>-<variant>-beam<B>-batch<N>.txt (its signature, then the table).
 On the stand-in, outputs are forced to reference lengths as in every other benchmark.
 """
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from torch.profiler import ProfilerActivity, profile
 
-from bench.common import RESULTS_DIR, is_standin, load_model_dir, machine, now, sample_sentences
+from bench.cli import BenchCli
+from bench.common import is_standin, now, sample_sentences
 from bench.latency import options_for
-from handlers.handler_config import HandlerConfig
+from handlers.handler_config import DECODER_NAMES, DecoderName, HandlerConfig, Variant
 from handlers.model.translator import Translator
 
 
-def profile_unit(model_dir: Path, variant: str, decoder: str, beams: int, batch: int, top: int) -> str:
-    config = HandlerConfig(variant=variant, decoder=decoder, threads=1)  # type: ignore[arg-type]
+def profile_unit(
+    model_dir: Path, variant: Variant, decoder: DecoderName, beams: int, batch: int, top: int
+) -> str:
+    config = HandlerConfig(variant=variant, decoder=decoder, threads=1)
     translator = Translator.load(model_dir, config)
     sentences = sample_sentences(translator.tokenizer, batch)
     options = options_for(sentences, beams, is_standin(model_dir))  # stand-in: each its reference length
@@ -34,24 +36,23 @@ def profile_unit(model_dir: Path, variant: str, decoder: str, beams: int, batch:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--model", default="synthetic", help="hub id, directory or synthetic")
-    parser.add_argument("--variant", default="int8", choices=["fp32", "int8"])
-    parser.add_argument("--decoder", default="fast", choices=["fast", "generate"])
-    parser.add_argument("--beams", type=int, default=4)
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--top", type=int, default=25)
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
-    args = parser.parse_args(argv)
-    model_dir = Path(args.model) if Path(args.model).is_dir() else load_model_dir(args.model)
+    cli = BenchCli("profile", __doc__, model="synthetic", results_dir=True)
+    cli.parser.add_argument("--variant", default="int8", choices=["fp32", "int8"])
+    cli.parser.add_argument("--decoder", default="fast", choices=DECODER_NAMES)
+    cli.parser.add_argument("--beams", type=int, default=4)
+    cli.parser.add_argument("--batch", type=int, default=16)
+    cli.parser.add_argument("--top", type=int, default=25)
+    args = cli.parse(argv)
+    model_dir = cli.model_dir()
     table = profile_unit(model_dir, args.variant, args.decoder, args.beams, args.batch, args.top)
-    facts = machine()
+    # A text file, not a result JSON: its header carries the signature.
+    stamp = cli.signature()
+    facts = stamp["machine"]
     header = (
         f"# torch.profiler, {args.decoder} decoder, {args.variant}, beam {args.beams}, batch {args.batch}, "
         f"1 thread\n# {now()}, {facts['cpu']}, torch {facts['torch']}, model {model_dir.name}"
         f"{' (stand-in, reference lengths)' if is_standin(model_dir) else ''}\n"
+        f"# {stamp['command']}, commit {stamp['commit']}, torchserve {stamp['torchserve']}\n"
     )
     args.results_dir.mkdir(parents=True, exist_ok=True)
     path = args.results_dir / f"profile-{args.decoder}-{args.variant}-beam{args.beams}-batch{args.batch}.txt"

@@ -3,13 +3,14 @@
     python -m bench.report [--results-dir bench/results]
 
 Plots: latency by rung (greedy and beam 4), throughput vs users (int8), fp32 vs int8 under load.
-The README names the machine, the date of each result and the commands that produced them.
+The README names the machine, the date of each result and the commands that produced them, read
+from each result's signature (bench.signature).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +20,23 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 
 from bench.cache_load import markdown as cache_load_markdown
-from bench.common import RESULTS_DIR
+from bench.cli import BenchCli
 from bench.exactness import markdown as exactness_markdown
 from bench.ladder_targets import markdown as latency_markdown
+from bench.signature import command_of
 
 STANDIN_LABEL = "offline stand-in (random weights, reference-length outputs)"
+# Result files measured before results were signed carry no command: for them the report prints
+# what it printed before, hard-coded here. A signed result prints its own command line.
+LEGACY_COMMANDS = {
+    "latency": "python -m bench.latency --sentences 32 --beams 1 4 --http",
+    "load": "python -m bench.load --users N --spawn-rate N --duration 30s --num-beams B",
+    "row_budget": "python -m bench.row_budget",
+    "exactness": "python -m bench.exactness",
+    "int8_kernels": "python -m bench.int8_kernels",  # its older files name theirs: only a last resort
+    "faults": "python -m bench.faults",
+    "faults-step": "python -m bench.faults --scheduler step",
+}
 
 
 def load_results(results_dir: Path) -> dict[str, dict[str, Any]]:
@@ -145,9 +158,20 @@ def bleu_table(results: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def machine_of(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The machine a result names: its signature's, or an unsigned file's own "machine"."""
+    machine: dict[str, Any] = (result.get("signature") or result)["machine"]
+    return machine
+
+
+def commands(results: Iterable[Mapping[str, Any]], legacy: str) -> str:
+    """The distinct commands of `results` in backticks, in order; unsigned files give `legacy`."""
+    return ", ".join(f"`{command}`" for command in dict.fromkeys(command_of(r, legacy) for r in results))
+
+
 def write_readme(results: dict[str, dict[str, Any]], plots: list[Path], out: Path) -> Path:
     any_result = next(iter(results.values()))
-    machine = any_result["machine"]
+    machine = machine_of(any_result)
     standin = any(r.get("standin") for r in results.values())
     parts = [
         "# Benchmark results",
@@ -171,7 +195,7 @@ def write_readme(results: dict[str, dict[str, Any]], plots: list[Path], out: Pat
             "",
             f"## Latency ladder ({latency['date']})",
             "",
-            "`python -m bench.latency --sentences 32 --beams 1 4 --http`; output lengths: "
+            f"{commands([latency], LEGACY_COMMANDS['latency'])}; output lengths: "
             f"{latency['output_lengths']}.",
             latency_markdown(latency),
         ]
@@ -181,7 +205,7 @@ def write_readme(results: dict[str, dict[str, Any]], plots: list[Path], out: Pat
             "",
             "## Load (Locust, headless, users send without waiting)",
             "",
-            "`python -m bench.load --users N --spawn-rate N --duration 30s --num-beams B`, one server "
+            f"{commands(loads, LEGACY_COMMANDS['load'])}, one server "
             "per variant (2 workers x 1 thread, batches of up to 16 within 5 ms).",
             "",
             load_table(loads),
@@ -195,9 +219,10 @@ def write_readme(results: dict[str, dict[str, Any]], plots: list[Path], out: Pat
             ]
     if "row_budget" in results:
         curves = results["row_budget"]["curves"]
+        command = commands([results["row_budget"]], LEGACY_COMMANDS["row_budget"])
         parts += [
             "",
-            f"## Row budget ({results['row_budget']['date']}, `python -m bench.row_budget`)",
+            f"## Row budget ({results['row_budget']['date']}, {command})",
             "",
             f"One batch of {results['row_budget']['sentences']} sentences through `translate_batch`, int8, "
             "1 thread; sentences/s by `max_batch_rows`:",
@@ -212,7 +237,8 @@ def write_readme(results: dict[str, dict[str, Any]], plots: list[Path], out: Pat
         exact = results["exactness"]
         parts += [
             "",
-            f"## Exactness and batch invariance ({exact['date']}, `python -m bench.exactness`)",
+            f"## Exactness and batch invariance ({exact['date']}, "
+            f"{commands([exact], LEGACY_COMMANDS['exactness'])})",
             "",
             exactness_markdown(exact),
         ]
@@ -220,7 +246,7 @@ def write_readme(results: dict[str, dict[str, Any]], plots: list[Path], out: Pat
         kernels = results["int8_kernels"]
         parts += [
             "",
-            f"## int8 kernels ({kernels['date']}, `{kernels['command'].strip()}`)",
+            f"## int8 kernels ({kernels['date']}, {commands([kernels], LEGACY_COMMANDS['int8_kernels'])})",
             "",
             f"One Linear per shape of the model, {kernels['unit']}; per_row is the one served "
             f"(batch invariant: {'yes' if kernels['per_row_batch_invariant'] else 'NO'}).",
@@ -232,13 +258,13 @@ def write_readme(results: dict[str, dict[str, Any]], plots: list[Path], out: Pat
     if "cache_load" in results:
         parts += ["", "## Sentence cache under load (unique sentences against Zipf repeats)", ""]
         parts.append(cache_load_markdown(results["cache_load"]).rstrip())
-    for name, flag in (("faults", ""), ("faults-step", " --scheduler step")):
+    for name in ("faults", "faults-step"):
         if name not in results:
             continue
         faults = results[name]
         parts += [
             "",
-            f"## Operations under load ({faults['date']}, `python -m bench.faults{flag}`)",
+            f"## Operations under load ({faults['date']}, {commands([faults], LEGACY_COMMANDS[name])})",
             "",
             f"- {len(faults['swap']['swaps'])} version swaps in {faults['swap']['seconds']} s: "
             f"{faults['swap']['failed']} of {faults['swap']['requests']} requests failed.",
@@ -255,9 +281,7 @@ def write_readme(results: dict[str, dict[str, Any]], plots: list[Path], out: Pat
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
-    args = parser.parse_args(argv)
+    args = BenchCli("report", __doc__, results_dir=True).parse(argv)
     results = load_results(args.results_dir)
     if not results:
         raise SystemExit(f"no results in {args.results_dir}: run `make bench` first")

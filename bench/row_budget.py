@@ -10,19 +10,20 @@ bench/results/row_budget.json and row_budget.png.
 
 from __future__ import annotations
 
-import argparse
-import sys
+import json
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS_DIR, is_standin, load_model_dir, machine, now, sample_sentences, write_result
+from bench.cli import BenchCli, Progress
+from bench.common import is_standin, sample_sentences
 from bench.latency import options_for
 from handlers.handler_config import HandlerConfig
+from handlers.model.options import GenerationOptions
 from handlers.model.translator import Translator
-from handlers.wire.parsing import GenerationOptions
 
 REPEATS = 2
+say = Progress("row_budget")
 
 
 def measure(model_dir: Path, sentences: int, budgets: list[int], beams: int) -> list[dict[str, Any]]:
@@ -35,11 +36,7 @@ def measure(model_dir: Path, sentences: int, budgets: list[int], beams: int) -> 
         translator.config = HandlerConfig(variant="int8", threads=1, max_batch_rows=budget)
         best = min(_timed(translator, ids, options) for _ in range(REPEATS))
         rows.append({"max_batch_rows": budget, "sentences_per_s": round(len(ids) / best, 2)})
-        print(
-            f"[row_budget] beams={beams} rows={budget}: {rows[-1]['sentences_per_s']} sent/s",
-            file=sys.stderr,
-            flush=True,
-        )
+        say(f"beams={beams} rows={budget}: {rows[-1]['sentences_per_s']} sent/s")
     return rows
 
 
@@ -74,20 +71,16 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--model", default="synthetic", help="hub id, directory or synthetic")
-    parser.add_argument("--sentences", type=int, default=64)
-    parser.add_argument("--budgets", type=int, nargs="+", default=[4, 8, 16, 32, 64, 128])
-    parser.add_argument("--beams", type=int, nargs="+", default=[4, 1])
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
-    args = parser.parse_args(argv)
-    model_dir = Path(args.model) if Path(args.model).is_dir() else load_model_dir(args.model)
+    cli = BenchCli("row_budget", __doc__, model="synthetic", results_dir=True)
+    cli.parser.add_argument("--sentences", type=int, default=64)
+    cli.parser.add_argument("--budgets", type=int, nargs="+", default=[4, 8, 16, 32, 64, 128])
+    cli.parser.add_argument("--beams", type=int, nargs="+", default=[4, 1])
+    args = cli.parse(argv)
+    model_dir = cli.model_dir()
     curves = {str(b): measure(model_dir, args.sentences, args.budgets, b) for b in args.beams}
     payload = {"sentences": args.sentences, "standin": is_standin(model_dir), "curves": curves}
-    path = write_result("row_budget", payload, args.results_dir)
-    plot({**payload, "date": now(), "machine": machine()}, args.results_dir / "row_budget.png")
+    path = cli.write("row_budget", payload)
+    plot(json.loads(path.read_text()), args.results_dir / "row_budget.png")  # with its date and machine
     for beams, rows in curves.items():
         best = max(rows, key=lambda r: r["sentences_per_s"])
         print(

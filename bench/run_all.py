@@ -17,7 +17,6 @@ Every step prints progress to stderr; results land in bench/results/ (or --resul
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -25,9 +24,10 @@ from pathlib import Path
 
 from archive.build import MODEL_NAME
 from bench import bleu, cache_load, int8_kernels, latency, mixed, report, row_budget
-from bench.common import CACHE_OFF, RESULTS_DIR, archive_with, load_model_dir
+from bench.cli import BenchCli, Progress
+from bench.common import CACHE_OFF, DEFAULT_MODEL, archive_with
 from bench.load import LoadSpec, run_load
-from serving.server import TorchServe
+from serving.torchserve import TorchServe
 
 
 @dataclass(frozen=True)
@@ -77,25 +77,24 @@ QUICK = Plan(
 )
 SERVERS = ("int8", "fp32", "int8-generate")
 STEPS = 8
+say = Progress("run_all")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--model", default="Helsinki-NLP/opus-mt-zh-en", help="as for archive.build")
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
-    parser.add_argument(
+    cli = BenchCli("run_all", __doc__, model=DEFAULT_MODEL, results_dir=True)
+    cli.parser.add_argument("--quick", action="store_true")
+    cli.parser.add_argument(
         "--loads", nargs="+", type=parse_load, metavar="SERVER:BEAMS:USERS", help="only these Locust runs"
     )
-    args = parser.parse_args(argv)
+    args = cli.parse(argv)
     plan = QUICK if args.quick else FULL
     results = args.results_dir
-    model_dir = Path(args.model) if Path(args.model).is_dir() else load_model_dir(args.model)
+    model_dir = cli.model_dir()
     started = time.monotonic()
+    # Each step below parses its own command line and signs its results with it; the Locust runs
+    # have none of their own, so they are signed with this one.
     if args.loads:
-        run_loads(args.loads, plan.duration, model_dir, results)
+        run_loads(args.loads, plan.duration, model_dir, results, cli.command)
         return 0
 
     _step(1, "quality (sacrebleu)")
@@ -111,19 +110,22 @@ def main(argv: list[str] | None = None) -> int:
     _step(4, "row budget curve (in process)")
     row_budget.main(["--model", str(model_dir), *plan.row_budget_args, "--results-dir", str(results)])
     _step(5, "load (Locust)")
-    run_loads(plan.loads, plan.duration, model_dir, results)
+    run_loads(plan.loads, plan.duration, model_dir, results, cli.command)
     _step(6, "sentence cache under load (Locust: unique sentences, then Zipf repeats)")
     cache_load.main(["--model", str(model_dir), *plan.cache_load_args, "--results-dir", str(results)])
     _step(7, "schedulers: static batches against the step scheduler (Locust, streaming)")
     mixed.main(["--model", str(model_dir), *plan.mixed_args, "--results-dir", str(results)])
     _step(8, "report")
     report.main(["--results-dir", str(results)])
-    print(f"bench finished in {time.monotonic() - started:.0f}s", file=sys.stderr)
+    say(f"bench finished in {time.monotonic() - started:.0f}s")
     return 0
 
 
-def run_loads(loads: list[tuple[str, int, int]], duration: str, model_dir: Path, results: Path) -> None:
-    """One cold server per configuration (SERVERS), each Locust run of `loads` against it."""
+def run_loads(
+    loads: list[tuple[str, int, int]], duration: str, model_dir: Path, results: Path, command: str
+) -> None:
+    """One cold server per configuration (SERVERS), each Locust run of `loads` against it, each result
+    signed with `command`."""
     for name in SERVERS:
         runs = [(beams, users) for server_name, beams, users in loads if server_name == name]
         if not runs:
@@ -141,7 +143,7 @@ def run_loads(loads: list[tuple[str, int, int]], duration: str, model_dir: Path,
                         key_file=server.key_file,
                         label=f"load-{name}-{'greedy' if beams == 1 else f'beam{beams}'}-u{users}",
                     )
-                    run_load(spec, results, model_dir)
+                    run_load(spec, results, model_dir, command)
 
 
 def parse_load(text: str) -> tuple[str, int, int]:
@@ -157,12 +159,12 @@ def _server_archive(name: str, model_dir: Path, workdir: Path) -> tuple[Path, st
     every benchmark but cache_load), int8-generate also with `decoder: generate` (comparison only)."""
     variant, _, decoder = name.partition("-")
     handler = {**CACHE_OFF, **({"decoder": decoder} if decoder else {})}
-    print(f"building {MODEL_NAME}_{variant}.mar with {handler}", file=sys.stderr)
+    say(f"building {MODEL_NAME}_{variant}.mar with {handler}")
     return archive_with(variant, model_dir, workdir, handler)
 
 
 def _step(number: int, name: str) -> None:
-    print(f"\n== [{number}/{STEPS}] {name}", file=sys.stderr, flush=True)
+    say(f"== step {number}/{STEPS}: {name}")
 
 
 if __name__ == "__main__":

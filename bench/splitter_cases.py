@@ -2,7 +2,7 @@
 call for (issue 8): book titles with ！ inside 《》, quotes, ellipses, numbers like 3.5, mixed
 Latin text.
 
-HARD_CASES are pinned by tests/unit/test_sentences.py; bench/splitters.py scores every splitter
+HARD_CASES are pinned by tests/unit/test_splitting.py; bench/splitters.py scores every splitter
 on both lists, grouped by class.
 """
 

@@ -16,25 +16,23 @@ Three measurements, written to bench/results/splitters.json and splitters.md:
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata
 import json
 import random
 import re
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from archive.tatoeba import read_blocks
-from bench.common import RESULTS_DIR, write_result
+from bench.cli import BenchCli, Progress
 from bench.splitter_cases import EXTRA_CASES, HARD_CASES
 from bench.splitters_report import markdown
 from handlers.text.splitting import sentences_of, split_text
 
 COMMAND = "python -m bench.splitters"
+say = Progress("splitters")
 # First matching class names a case; the order puts the rarer, harder feature first.
 CASE_CLASSES: list[tuple[str, Callable[[str], bool]]] = [
     ("line breaks", lambda t: "\n" in t),
@@ -315,13 +313,13 @@ def run(seed: int = 0, repeats: int = 3, limit: int | None = None) -> dict[str, 
     sources = [b.source for b in read_blocks()][:limit]
     paras = paragraphs(sources, seed)
     single = sum(p.single_terminator for p in paras)
-    _progress(f"{len(sources)} Tatoeba sentences -> {len(paras)} paragraphs ({single} single-terminator)")
+    say(f"{len(sources)} Tatoeba sentences -> {len(paras)} paragraphs ({single} single-terminator)")
     cands = candidates()
     cases = hard_cases(cands)
     texts = round_trip_texts(seed)
     results: dict[str, dict[str, Any]] = {}
     for cand in cands:
-        _progress(f"{cand.name}: Tatoeba paragraphs x{repeats}, round trip")
+        say(f"{cand.name}: Tatoeba paragraphs x{repeats}, round trip")
         results[cand.name] = {
             "version": cand.version,
             "tatoeba": tatoeba(cand, paras, repeats),
@@ -329,13 +327,13 @@ def run(seed: int = 0, repeats: int = 3, limit: int | None = None) -> dict[str, 
             "round_trip": round_trip(cand, texts),
         }
         t = results[cand.name]["tatoeba"]
-        _progress(
-            f"  F1 {t['all']['f1']} (single-terminator {t['single_terminator']['f1']}), "
+        say(
+            f"{cand.name}: F1 {t['all']['f1']} (single-terminator {t['single_terminator']['f1']}), "
             f"{t['sentences_per_s']} sentences/s, hard cases {cases['passed'][cand.name]}/{cases['total']}"
         )
     name, why = winner(results)
     return {
-        "command": COMMAND,
+        "command": COMMAND,  # as before signatures; the signature holds the whole line
         "seed": seed,
         "tatoeba_sentences": len(sources),
         "paragraphs": len(paras),
@@ -350,21 +348,14 @@ def run(seed: int = 0, repeats: int = 3, limit: int | None = None) -> dict[str, 
     }
 
 
-def _progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeats", type=int, default=3, help="timing passes; the fastest counts")
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
-    args = parser.parse_args(argv)
+    cli = BenchCli("splitters", __doc__, results_dir=True)
+    cli.parser.add_argument("--seed", type=int, default=0)
+    cli.parser.add_argument("--repeats", type=int, default=3, help="timing passes; the fastest counts")
+    args = cli.parse(argv)
     result = run(args.seed, args.repeats)
-    path = write_result("splitters", result, args.results_dir)
-    written = json.loads(path.read_text())  # with the date and machine write_result adds
+    path = cli.write("splitters", result)
+    written = json.loads(path.read_text())  # with the date, machine and signature write_result adds
     (args.results_dir / "splitters.md").write_text(markdown(written))
     print(f"winner: {result['winner']} -> {path} and splitters.md")
     return 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.signature import command_of
+
 
 def markdown(result: dict[str, Any]) -> str:
     splitters: dict[str, dict[str, Any]] = result["splitters"]
@@ -12,7 +14,7 @@ def markdown(result: dict[str, Any]) -> str:
         "# Sentence splitters: ours against pysbd and sentencex (language zh)",
         "",
         f"{result['date']}, {result['machine']['cpu']} ({result['machine']['cores']} cores, shared), "
-        f"Python {result['machine']['python']}; `{result['command']}`.",
+        f"Python {result['machine']['python']}; `{command_of(result)}`.",
         "",
         f"**Winner: {result['winner']}.**",
         "",

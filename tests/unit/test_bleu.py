@@ -18,6 +18,7 @@ def test_published_outputs_reproduce_the_published_scores(
     assert (result["bleu"], result["chrf"]) == (36.12, 54.81)
     assert result["n"] == 10000 and result["meaningful"] is True
     assert result["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    assert result["signature"]["command"] == f"python -m bench.bleu --published --results-dir {tmp_path}"
     assert "BLEU 36.12  chrF 54.81" in capsys.readouterr().out
 
 

@@ -1,0 +1,193 @@
+"""The bench command-line base: shared flags, the model resolved once, progress under the command's
+name, and every result signed with its command, commit, machine, date and versions."""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import importlib.metadata
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, get_type_hints
+
+import pytest
+
+from bench import cli as bench_cli
+from bench import report
+from bench.cli import BenchCli, Progress
+from bench.common import DEFAULT_MODEL, RESULTS_DIR, write_result
+from bench.signature import Signature, command_of, git_commit, invoked_command, signature
+
+# Every `python -m bench.<name>` and the shared flags it has: --model's default (None: no --model),
+# --strict, --results-dir. These are the flags the Makefile, docs and tests call them with.
+COMMANDS: dict[str, tuple[str | None, bool, bool]] = {
+    "article": (DEFAULT_MODEL, False, True),
+    "bleu": (None, False, True),  # --model is one of its exclusive sources, without a default
+    "cache_load": (DEFAULT_MODEL, False, True),
+    "exactness": ("synthetic", False, True),
+    "faults": (DEFAULT_MODEL, False, False),
+    "fleet_faults": (None, False, False),
+    "int8_kernels": (None, False, True),
+    "latency": (DEFAULT_MODEL, False, True),
+    "layout": (DEFAULT_MODEL, True, True),
+    "load": (None, False, True),
+    "mixed": ("synthetic", False, True),
+    "profile": ("synthetic", False, True),
+    "report": (None, False, True),
+    "row_budget": ("synthetic", False, True),
+    "run_all": (DEFAULT_MODEL, False, True),
+    "splitters": (None, False, True),
+}
+COMMIT = re.compile(r"^([0-9a-f]{4,40}(-dirty)?|unknown)$")
+
+
+def test_shared_flags_parse_and_the_command_line_is_kept() -> None:
+    cli = BenchCli("demo", "what it does", model="synthetic", strict=True, results_dir=True)
+    cli.parser.add_argument("--users", type=int, default=4)
+    args = cli.parse(["--model", "some dir", "--strict", "--results-dir", "/tmp/out", "--users", "9"])
+    assert (args.model, args.strict, args.results_dir, args.users) == ("some dir", True, Path("/tmp/out"), 9)
+    assert cli.command == "python -m bench.demo --model 'some dir' --strict --results-dir /tmp/out --users 9"
+    defaults = cli.parse([])
+    assert (defaults.model, defaults.strict, defaults.results_dir) == ("synthetic", False, RESULTS_DIR)
+    assert cli.command == "python -m bench.demo"
+
+
+def test_only_the_flags_a_command_asks_for(capsys: pytest.CaptureFixture[str]) -> None:
+    bare = BenchCli("bare", None)
+    for flag in ("--model", "--strict", "--results-dir"):
+        with pytest.raises(SystemExit):
+            bare.parse([flag, "x"] if flag != "--strict" else [flag])
+    assert "unrecognized arguments" in capsys.readouterr().err
+    with pytest.raises(RuntimeError, match="parse"):
+        bare.model_dir()
+
+
+def test_model_is_resolved_once_with_strict(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    calls: list[tuple[str, bool]] = []
+
+    def resolve(model: str, strict: bool = False) -> Path:
+        calls.append((model, strict))
+        return tmp_path
+
+    monkeypatch.setattr(bench_cli, "load_model_dir", resolve)
+    cli = BenchCli("demo", None, model="synthetic", strict=True)
+    cli.parse(["--model", "Helsinki-NLP/opus-mt-zh-en", "--strict"])
+    assert cli.model_dir() == cli.model_dir() == tmp_path
+    assert calls == [("Helsinki-NLP/opus-mt-zh-en", True)]
+    no_strict = BenchCli("demo", None, model="synthetic")
+    no_strict.parse([])
+    no_strict.model_dir()
+    assert calls[-1] == ("synthetic", False)
+
+
+def test_progress_goes_to_stderr_under_the_command_name(capsys: pytest.CaptureFixture[str]) -> None:
+    Progress("latency")("rung 3: start")
+    BenchCli("layout", None).say("point 1")
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == "[latency] rung 3: start\n[layout] point 1\n"
+
+
+def test_the_signature_has_every_field_typed() -> None:
+    stamp = signature("python -m bench.demo --quick")
+    assert set(stamp) == set(get_type_hints(Signature))
+    assert stamp["command"] == "python -m bench.demo --quick"
+    assert COMMIT.match(stamp["commit"]), stamp["commit"]
+    assert isinstance(stamp["machine"]["cpu"], str) and stamp["machine"]["cores"] >= 1
+    date = dt.datetime.fromisoformat(stamp["date"])
+    assert date.utcoffset() == dt.timedelta(0) and abs(dt.datetime.now(dt.UTC) - date).total_seconds() < 60
+    assert stamp["torch"] == importlib.metadata.version("torch")
+    assert stamp["torchserve"] == importlib.metadata.version("torchserve")
+
+
+def test_commit_is_unknown_without_git_or_a_repository(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    assert git_commit(tmp_path) == "unknown"  # not a repository
+
+    def no_git(*args: Any, **kwargs: Any) -> Any:
+        raise FileNotFoundError("git")
+
+    monkeypatch.setattr(subprocess, "run", no_git)
+    assert git_commit() == "unknown"
+
+
+def test_commit_is_dirty_on_code_changes_but_not_on_results(tmp_path: Path) -> None:
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "bench" / "results").mkdir(parents=True)
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "first")
+    clean = git_commit(tmp_path)
+    assert re.fullmatch(r"[0-9a-f]{4,40}", clean)
+    (tmp_path / "bench" / "results" / "latency.json").write_text("{}")
+    assert git_commit(tmp_path) == clean
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert git_commit(tmp_path) == f"{clean}-dirty"
+
+
+def test_write_puts_the_signature_in_the_result(tmp_path: Path) -> None:
+    cli = BenchCli("demo", None, results_dir=True)
+    cli.parse(["--results-dir", str(tmp_path)])
+    path = cli.write("demo", {"figure": 1.5})
+    assert path == tmp_path / "demo.json"
+    result = json.loads(path.read_text())
+    assert result["figure"] == 1.5
+    assert result["signature"]["command"] == f"python -m bench.demo --results-dir {tmp_path}"
+    assert set(result["signature"]) == set(get_type_hints(Signature))
+    # The keys results had before the signature stay: reports and plots read them.
+    assert result["machine"] == result["signature"]["machine"] and result["date"].endswith(" UTC")
+    assert command_of(result) == result["signature"]["command"]
+
+
+def test_write_result_signs_with_this_process_when_no_command_is_given(tmp_path: Path) -> None:
+    result = json.loads(write_result("plain", {}, tmp_path).read_text())
+    assert result["signature"]["command"] == invoked_command()
+    assert invoked_command(["/repo/bench/latency.py", "--quick"]) == "python -m bench.latency --quick"
+    assert invoked_command(["/venv/bin/pytest", "-q", "a b"]) == "pytest -q 'a b'"
+
+
+def test_reports_read_the_signature_and_fall_back_for_older_files() -> None:
+    signed = {"signature": {"command": "python -m bench.load --users 4", "machine": {"cpu": "new"}}}
+    older = {"command": "python -m bench.int8_kernels ", "machine": {"cpu": "old"}}
+    assert command_of(signed, "legacy") == "python -m bench.load --users 4"
+    assert command_of(older, "legacy") == "python -m bench.int8_kernels"
+    assert command_of({}, "python -m bench.faults") == "python -m bench.faults"
+    assert report.commands([signed, signed, {}], "python -m bench.load ...") == (
+        "`python -m bench.load --users 4`, `python -m bench.load ...`"
+    )
+    assert report.machine_of(signed)["cpu"] == "new" and report.machine_of(older)["cpu"] == "old"
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_command_answers_help_with_its_shared_flags(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    module = importlib.import_module(f"bench.{name}")
+    with pytest.raises(SystemExit) as exit_:
+        module.main(["--help"])
+    assert exit_.value.code == 0
+    usage, options = capsys.readouterr().out.split("\noptions:\n")
+    assert usage.startswith(f"usage: python -m bench.{name}")
+    text = options  # the flags themselves, not the description (which quotes some of them)
+    model, strict, results_dir = COMMANDS[name]
+    has_model = model is not None or name == "bleu"
+    assert ("--model " in text or "--model\n" in text) == has_model
+    if model is not None:
+        assert f"({model})" in text  # its default, unchanged
+    assert ("--strict" in text) == strict
+    assert ("--results-dir" in text) == results_dir
+
+
+@pytest.mark.parametrize("name", ["latency", "fleet_faults"])
+def test_python_dash_m_help_runs(name: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", f"bench.{name}", "--help"], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"usage: python -m bench.{name}")
