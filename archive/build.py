@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from archive.model_source import DEFAULT_MODEL, ModelSourceError, resolve_model_dir
 from archive.tatoeba import REPO_ROOT
 
@@ -50,6 +52,13 @@ class ArchiveSpec:
         return self.config_dir / f"{MODEL_NAME}_{self.variant}.yaml"
 
     @property
+    def glossary_file(self) -> Path | None:
+        """The deployment glossary the yaml names (handler: glossary_file), read from config_dir."""
+        handler = (yaml.safe_load(self.config_file.read_text()) or {}).get("handler") or {}
+        name = handler.get("glossary_file")
+        return None if name is None else self.config_dir / str(name)
+
+    @property
     def mar_path(self) -> Path:
         return self.out_dir / f"{MODEL_NAME}_{self.variant}.mar"
 
@@ -64,7 +73,7 @@ def build_archive(spec: ArchiveSpec, model_hash: str) -> bool:
         {
             "model": model_hash,
             "version": spec.version,
-            "code": _digest([*_handler_files(), spec.config_file], root=REPO_ROOT),
+            "code": _digest([*_handler_files(), spec.config_file, *_glossary(spec)], root=REPO_ROOT),
         },
         sort_keys=True,
     )
@@ -76,6 +85,8 @@ def build_archive(spec: ArchiveSpec, model_hash: str) -> bool:
             target = package_root / file.relative_to(REPO_ROOT)  # handlers/<sub-package>/<module>.py
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(file, target)
+        for glossary in _glossary(spec):  # at the archive root, beside the weights: model_dir / name
+            shutil.copy2(glossary, package_root / glossary.name)
         export = Path(tmp) / "export"
         export.mkdir()
         _run_archiver(spec, package_root, export)
@@ -115,6 +126,15 @@ def _run_archiver(spec: ArchiveSpec, package_root: Path, export: Path) -> None:
         "--force",
     ]
     subprocess.run(command, check=True)
+
+
+def _glossary(spec: ArchiveSpec) -> list[Path]:
+    glossary = spec.glossary_file
+    if glossary is not None and not glossary.is_file():
+        raise FileNotFoundError(
+            f"{spec.config_file.name} names glossary_file {glossary.name}, not in {spec.config_dir}"
+        )
+    return [] if glossary is None else [glossary]
 
 
 def _handler_files() -> list[Path]:

@@ -23,5 +23,9 @@ class UnsupportedLanguage(Refused):
     """A text in a language the model does not translate (Japanese or Korean, say)."""
 
 
+class OutOfRange(Refused):
+    """An option outside what this request can have (more alternatives than its beams, say)."""
+
+
 class TooManyProtectedSpans(Refused):
     """More spans to keep verbatim than the private-use slots that carry them through the model."""

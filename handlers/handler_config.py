@@ -83,6 +83,12 @@ class HandlerConfig:
     # Per-worker LRU cache of sentence translations (0 entries: off), bounded by entries and bytes.
     sentence_cache_entries: int = 20000
     sentence_cache_bytes: int = 32 * 1024 * 1024
+    # The deployment's glossary: a TSV (source<TAB>target) shipped in the archive beside this yaml
+    # (archive.build packs the file named here). A request's own "glossary" entries win over it.
+    glossary_file: str | None = None
+    # Bounds on a request's "glossary": entries, and characters per source or target term.
+    max_glossary_entries: int = 256
+    max_glossary_chars: int = 100
 
     def __post_init__(self) -> None:
         if self.variant not in get_args(Variant):
@@ -119,6 +125,12 @@ class HandlerConfig:
         )
 
         _require(self.max_decode_tokens_per_request >= 1, "max_decode_tokens_per_request must be >= 1")
+        _require(self.max_glossary_entries >= 0, "max_glossary_entries must be >= 0")
+        _require(self.max_glossary_chars >= 1, "max_glossary_chars must be >= 1")
+        _require(
+            self.glossary_file is None or "/" not in self.glossary_file,
+            "glossary_file must be a file name in the archive, not a path",
+        )
 
     @property
     def quantize(self) -> bool:
@@ -146,6 +158,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "int": (int,),
     "float": (int, float),
     "bool": (bool,),
+    "str": (str,),
     "Variant": (str,),
     "DecoderName": (str,),
     "Scheduler": (str,),

@@ -105,7 +105,12 @@ class OpenRequests:
         entry.texts = [self.cache.get(key) for key in entry.keys]
         misses = [index for index, text in enumerate(entry.texts) if text is None]
         hits = len(chunks) - len(misses)
-        self._add_counts(cache_hits=hits, cache_misses=len(misses), sentences=len(work.chunks))
+        self._add_counts(
+            cache_hits=hits,
+            cache_misses=len(misses),
+            sentences=len(work.chunks),
+            glossary_hits=sum(document.glossary_hits for document in work.documents),
+        )
         options = work.request.options
         limits = [self.translator.row_limits(options, len(chunks[i])) for i in misses]
         entry.misses = misses

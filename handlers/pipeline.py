@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from handlers.errors import OverLimit
+from handlers.errors import OutOfRange, OverLimit
 from handlers.model.options import GenerationOptions
 from handlers.model.translator import Translator
 from handlers.sentence_cache import CacheKey, SentenceCache, cache_key
 from handlers.text.documents import Document, plan_document
+from handlers.text.glossary import NO_GLOSSARY, Glossary
 from handlers.text.scripts import check_language
 from handlers.wire.parsing import TranslationRequest
 from handlers.wire.responses import CutSentence, SentenceAnswer, TextAnswer
@@ -29,9 +30,11 @@ class RequestWork:
     request: TranslationRequest
     documents: list[Document]
     chunks: list[list[list[int]]]
-    # Filled by decoding: per sentence, its translation and whether the cache answered it.
+    # Filled by decoding: per sentence, its translation and whether the cache answered it, and
+    # (only when the request asks for alternatives) its next-best translations.
     outputs: list[str] = field(default_factory=list)
     cached: list[bool] = field(default_factory=list)
+    alternatives: list[list[str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -42,14 +45,26 @@ class BatchCounts:
     cache_misses: int
     sentences: int
     generated_tokens: int
+    glossary_hits: int = 0
 
 
-def plan_request(request: TranslationRequest, translator: Translator) -> RequestWork:
+def plan_request(
+    request: TranslationRequest, translator: Translator, glossary: Glossary = NO_GLOSSARY
+) -> RequestWork:
+    """The request's texts as documents and token ids; `glossary` is the deployment's (the request's
+    own entries win over it)."""
     config = translator.config
+    beams = translator.beams_for(request.options)
+    if request.options.alternatives >= beams:
+        raise OutOfRange(
+            f'"alternatives" must be below the beam count ({beams}): a beam search finishes at most '
+            f"{beams} translations, the best and {beams - 1} others; got {request.options.alternatives}"
+        )
+    terms = glossary.with_request(dict(request.glossary))
     documents = []
     for index, text in enumerate(request.texts):
         check_language(text, f"text {index}" if request.as_list else "text")
-        documents.append(plan_document(text, request.text_format))
+        documents.append(plan_document(text, request.text_format, terms))
     inputs = [sentence for document in documents for sentence in document.model_inputs]
     if len(inputs) > config.max_sentences_per_request:
         raise OverLimit(
@@ -78,41 +93,49 @@ class CachedDecoding:
                 chunk_ids += sentence
                 options += [work.request.options] * len(sentence)
         tokens_before = self.translator.generated_tokens
-        texts, hits = self._decode_chunks(chunk_ids, options)
+        ranked, hits = self._decode_chunks(chunk_ids, options)
         position = 0
         for work in works:
             for sentence in work.chunks:
                 parts = range(position, position + len(sentence))
-                work.outputs.append(" ".join(texts[i] for i in parts))
+                work.outputs.append(" ".join(ranked[i][0] for i in parts))
                 work.cached.append(all(hits[i] for i in parts))
+                if work.request.options.alternatives:  # offered for a sentence decoded in one part
+                    work.alternatives.append(ranked[parts[0]][1:] if len(parts) == 1 else [])
                 position += len(sentence)
         return BatchCounts(
             cache_hits=sum(hits),
             cache_misses=len(hits) - sum(hits),
             sentences=sum(len(work.chunks) for work in works),
             generated_tokens=self.translator.generated_tokens - tokens_before,
+            glossary_hits=sum(document.glossary_hits for work in works for document in work.documents),
         )
 
     def _decode_chunks(
         self, ids: list[list[int]], options: list[GenerationOptions]
-    ) -> tuple[list[str], list[bool]]:
-        texts: list[str] = [""] * len(ids)
+    ) -> tuple[list[list[str]], list[bool]]:
+        """Per chunk its translation (then its alternatives, when asked), and whether the cache answered.
+
+        The cache holds best translations only: a chunk that wants alternatives is always decoded.
+        """
+        ranked: list[list[str]] = [[] for _ in ids]
         hits = [False] * len(ids)
-        misses: dict[CacheKey, list[int]] = {}  # a sentence repeated in the batch is decoded once
+        # A sentence repeated in the batch is decoded once (per number of alternatives asked).
+        misses: dict[tuple[CacheKey, int], list[int]] = {}
         for index, (row, option) in enumerate(zip(ids, options, strict=True)):
             key = cache_key(self.model_tag, self.translator.decode_settings(option), row)
-            cached = self.cache.get(key)
+            cached = None if option.alternatives else self.cache.get(key)
             if cached is None:
-                misses.setdefault(key, []).append(index)
+                misses.setdefault((key, option.alternatives), []).append(index)
             else:
-                texts[index], hits[index] = cached, True
+                ranked[index], hits[index] = [cached], True
         firsts = [indices[0] for indices in misses.values()]
-        decoded = self.translator.translate_batch([ids[i] for i in firsts], [options[i] for i in firsts])
-        for (key, indices), text in zip(misses.items(), decoded, strict=True):
-            self.cache.put(key, text)
+        decoded = self.translator.translate_ranked([ids[i] for i in firsts], [options[i] for i in firsts])
+        for ((key, _), indices), texts in zip(misses.items(), decoded, strict=True):
+            self.cache.put(key, texts[0])
             for index in indices:
-                texts[index] = text
-        return texts, hits
+                ranked[index] = texts
+        return ranked, hits
 
 
 def text_answers(work: RequestWork) -> list[TextAnswer]:
@@ -122,6 +145,7 @@ def text_answers(work: RequestWork) -> list[TextAnswer]:
     for document in work.documents:
         end = start + len(document.model_inputs)
         rendered = document.render(work.outputs[start:end])
+        alternatives = _alternatives(work, document, start) if work.request.options.alternatives else None
         cached = iter(work.cached[start:end])
         sentences = [
             SentenceAnswer(pair.source, pair.translation, pair.translated, pair.translated and next(cached))
@@ -134,8 +158,22 @@ def text_answers(work: RequestWork) -> list[TextAnswer]:
         ]
         answers.append(
             TextAnswer(
-                rendered.text, sentences, rendered.dropped, cut, end - start, sum(work.cached[start:end])
+                rendered.text,
+                sentences,
+                rendered.dropped,
+                cut,
+                end - start,
+                sum(work.cached[start:end]),
+                alternatives,
             )
         )
         start = end
     return answers
+
+
+def _alternatives(work: RequestWork, document: Document, start: int) -> list[str]:
+    """A one-sentence text rendered around each next-best translation of its sentence; a text of
+    several sentences gets none (which sentence's alternatives would a whole text's be?)."""
+    if len(document.model_inputs) != 1:
+        return []
+    return [document.render([alternative]).text for alternative in work.alternatives[start]]

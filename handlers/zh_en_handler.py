@@ -36,6 +36,7 @@ from handlers.pipeline import BatchCounts, CachedDecoding, plan_request, text_an
 from handlers.scheduling.partition_processes import ProcessPartitions
 from handlers.scheduling.step_scheduler import StepScheduler
 from handlers.sentence_cache import SentenceCache
+from handlers.text.glossary import NO_GLOSSARY, load_tsv
 from handlers.wire.errors import InvalidRequest, client_error
 from handlers.wire.parsing import parse_request, read_body
 from handlers.wire.protocols import error_body, wrap_response
@@ -55,11 +56,14 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         self._gauged = 0.0  # when the scheduler gauges were last reported
         self.heap = IdleTrim(IDLE_TRIM_SECONDS)
         self.identity: dict[str, Any] = {}
+        self.glossary = NO_GLOSSARY  # the deployment's (glossary_file in the yaml)
 
     def initialize(self, context: Any) -> None:
         config = HandlerConfig.from_mapping((context.model_yaml_config or {}).get("handler"))
         model_dir = Path(context.system_properties["model_dir"])
         self.translator = Translator.load(model_dir, config)
+        if config.glossary_file is not None:
+            self.glossary = load_tsv(model_dir / config.glossary_file, config.max_glossary_chars)
         self.identity = self._identity(context, config)
         cache = SentenceCache(config.sentence_cache_entries, config.sentence_cache_bytes)
         model_tag = f"{self.identity['model']}/{self.identity['version']}/{config.variant}"
@@ -69,7 +73,8 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         info = self.translator.info
         logger.info(
             "loaded model=%s version=%s variant=%s decoder=%s max_batch_rows=%d source=%s standin=%s "
-            "parameters=%d quantized_linear=%d threads=%d sentence_cache_entries=%d load_seconds=%.2f",
+            "parameters=%d quantized_linear=%d threads=%d sentence_cache_entries=%d glossary_terms=%d "
+            "load_seconds=%.2f",
             self.identity["model"],
             self.identity["version"],
             config.variant,
@@ -81,6 +86,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
             info.quantized_linear,
             info.threads,
             config.sentence_cache_entries,
+            len(self.glossary.terms),
             info.load_seconds,
         )
         if info.standin:
@@ -153,7 +159,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         try:
             job.protocol, payload = read_body(item)
             request = parse_request(job.protocol, payload, self.translator.config)
-            job.work = plan_request(request, self.translator)
+            job.work = plan_request(request, self.translator, self.glossary)
         except InvalidRequest as error:
             job.refuse(error)
         except Refused as refusal:
@@ -221,6 +227,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
             ("SentenceCacheMisses", counts.cache_misses),
             ("SentencesTranslated", counts.sentences),
             ("TokensGenerated", counts.generated_tokens),
+            ("GlossaryHits", counts.glossary_hits),
         ):
             metrics.add_counter(name, value, dimensions=variant)
 
@@ -233,7 +240,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
             return
         self._gauged = time.monotonic()
         counts, first_sentence_ms = self.open_requests.take_counts()
-        if counts.sentences or counts.generated_tokens or counts.cache_hits:
+        if counts.sentences or counts.generated_tokens or counts.cache_hits or counts.glossary_hits:
             self._count(counts)
         metrics, state = self.context.metrics, self.open_requests.scheduler.state()
         variant = [Dimension("Variant", str(self.identity["variant"]))]

@@ -51,6 +51,12 @@ class Decoder(Protocol):
         """Generated ids per row: decoder start left out, eos kept where one was produced."""
         ...
 
+    def decode_ranked(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, limits: Sequence[RowLimits], beams: int
+    ) -> list[list[list[int]]]:
+        """Per row, its finished hypotheses best first (up to `beams`; the first is what decode gives)."""
+        ...
+
 
 class GenerateDecoder:
     """transformers' generate() on the padded unit: one max/min for all rows, each row then cut to its cap."""
@@ -64,12 +70,33 @@ class GenerateDecoder:
     def decode(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, limits: Sequence[RowLimits], beams: int
     ) -> list[list[int]]:
+        return [ranked[0] for ranked in self._generate(input_ids, attention_mask, limits, beams, 1)]
+
+    def decode_ranked(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, limits: Sequence[RowLimits], beams: int
+    ) -> list[list[list[int]]]:
+        return self._generate(input_ids, attention_mask, limits, beams, beams)
+
+    def _generate(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        limits: Sequence[RowLimits],
+        beams: int,
+        returned: int,
+    ) -> list[list[list[int]]]:
         kwargs = {"max_new_tokens": max(limit.max_new_tokens for limit in limits), "num_beams": beams}
         if (minimum := min(limit.min_new_tokens for limit in limits)) > 0:
             kwargs["min_new_tokens"] = minimum
+        if returned > 1:
+            kwargs["num_return_sequences"] = returned
         with torch.inference_mode():
             output = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
-        return [self._cut(row[1:].tolist(), limit) for row, limit in zip(output, limits, strict=True)]
+        rows = output.view(len(limits), returned, -1)
+        return [
+            [self._cut(hypothesis[1:].tolist(), limit) for hypothesis in ranked]
+            for ranked, limit in zip(rows, limits, strict=True)
+        ]
 
     def _cut(self, ids: list[int], limit: RowLimits) -> list[int]:
         """Up to the first eos; a row that ran past its own cap ends there, with the eos forced there."""
@@ -101,16 +128,21 @@ class FastDecoder:
         self.rules = rules
         self.vocabulary = Vocabulary(output.ids, int((output.ids == rules.eos).nonzero()[0, 0]), rules)
 
-    @torch.inference_mode()
     def decode(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, limits: Sequence[RowLimits], beams: int
     ) -> list[list[int]]:
+        return [ranked[0] for ranked in self.decode_ranked(input_ids, attention_mask, limits, beams)]
+
+    @torch.inference_mode()
+    def decode_ranked(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, limits: Sequence[RowLimits], beams: int
+    ) -> list[list[list[int]]]:
         """A static batch: one cohort, stepped until its last sentence ends."""
         cohort = self.start(list(range(len(limits))), input_ids, attention_mask, limits, beams)
-        results: list[list[int]] = [[] for _ in limits]
+        results: list[list[list[int]]] = [[] for _ in limits]
         while cohort.sentences:
-            for owner, ids in cohort.advance(self.step([cohort])[0]):
-                results[owner] = ids
+            for owner, ranked in cohort.advance(self.step([cohort])[0]):
+                results[owner] = ranked
         return results
 
     def start(

@@ -12,3 +12,6 @@ class GenerationOptions:
     num_beams: int | None = None
     max_new_tokens: int | None = None
     min_new_tokens: int | None = None
+    # How many next-best translations to return beside the best (beam search only; 0: none).
+    # They are read from the hypotheses the search finishes anyway: they never change the best.
+    alternatives: int = 0

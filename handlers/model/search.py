@@ -25,7 +25,9 @@ from handlers.model.cross_attention import CrossMemory
 
 NEG = -1.0e9  # generate()'s "never pick this" score, added the same way so sums round the same
 KeyValues = tuple[torch.Tensor, torch.Tensor]
-Finished = list[tuple[Any, list[int]]]  # (owner, generated ids) of each sentence that ended this step
+# (owner, its finished hypotheses' generated ids, best first) of each sentence that ended this step:
+# a beam search keeps up to `beams` of them (the next-best are a request's alternatives), greedy one.
+Finished = list[tuple[Any, list[list[int]]]]
 _PER_SENTENCE = ("running", "running_scores", "finished", "finished_scores", "is_finished", "improvable")
 
 
@@ -148,7 +150,7 @@ class GreedyCohort(_CohortState):
         self._tokens = tokens
         if not bool(ended.any()):
             return []
-        done = [(self.owners[i], self.results[i]) for i in ended.nonzero().flatten().tolist()]
+        done: Finished = [(self.owners[i], [self.results[i]]) for i in ended.nonzero().flatten().tolist()]
         keep = (~ended).nonzero().flatten()
         rows = keep.tolist()
         self.owners = [self.owners[i] for i in rows]
@@ -242,14 +244,15 @@ class BeamCohort(_CohortState):
         self.improvable &= torch.any(best_possible > worst_finished, dim=-1)
 
     def _finish_sentences(self) -> tuple[Finished, torch.Tensor]:
-        """The best hypothesis of every sentence that is done, and the sentences that go on."""
+        """The finished hypotheses of every sentence that is done (best first, as generate() ranks
+        them), and the sentences that go on."""
         ended = ~self.improvable | self.all_hit
         if self.rules.early_stopping is True:
             ended |= self.is_finished.all(dim=-1)
         done: Finished = []
         for row in ended.nonzero().flatten().tolist():
-            best = self.finished[row, 0]
-            done.append((self.owners[row], best[best >= 0].tolist()))
+            ranked = [ids[ids >= 0].tolist() for ids in self.finished[row][self.is_finished[row]]]
+            done.append((self.owners[row], ranked))
         keep = (~ended).nonzero().flatten()
         if done:
             self.owners = [self.owners[i] for i in keep.tolist()]

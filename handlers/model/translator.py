@@ -138,28 +138,53 @@ class Translator:
         Each row keeps its own token bounds (the fast decoder decodes it as it would alone; the
         generate() decoder runs to the unit's largest cap and cuts each row to its own).
         """
+        return [ranked[0] for ranked in self.generate_ranked(ids, options)]
+
+    def generate_ranked(
+        self, ids: Sequence[Sequence[int]], options: Sequence[GenerationOptions]
+    ) -> list[list[str]]:
+        """generate(), and after each text's translation up to its options.alternatives next-best
+        distinct ones, in the order the beam search ranks them."""
         beams = {self.beams_for(option) for option in options}
         if len(beams) != 1:
             raise ValueError(f"one decode unit needs one beam count, got {sorted(beams)}")
         limits = [self.row_limits(option, len(row)) for option, row in zip(options, ids, strict=True)]
         input_ids, attention_mask = pad_batch(ids, self.tokenizer.pad_token_id)
+        if not any(option.alternatives for option in options):
+            with torch.inference_mode():
+                rows = self.decoder.decode(input_ids, attention_mask, limits, beams.pop())
+            self.generated_tokens += sum(len(row) for row in rows)
+            return [[text] for text in self.tokenizer.batch_decode(rows, skip_special_tokens=True)]
         with torch.inference_mode():
-            rows = self.decoder.decode(input_ids, attention_mask, limits, beams.pop())
-        self.generated_tokens += sum(len(row) for row in rows)
-        decoded: list[str] = self.tokenizer.batch_decode(rows, skip_special_tokens=True)
-        return decoded
+            ranked = self.decoder.decode_ranked(input_ids, attention_mask, limits, beams.pop())
+        self.generated_tokens += sum(len(hypotheses[0]) for hypotheses in ranked)
+        return [
+            self._distinct_texts(hypotheses)[: 1 + option.alternatives]
+            for hypotheses, option in zip(ranked, options, strict=True)
+        ]
+
+    def _distinct_texts(self, hypotheses: list[list[int]]) -> list[str]:
+        """Two hypotheses may differ in ids yet read the same: an alternative must read differently."""
+        texts: list[str] = self.tokenizer.batch_decode(hypotheses, skip_special_tokens=True)
+        return list(dict.fromkeys(texts))
 
     def translate_batch(
         self, ids: Sequence[Sequence[int]], options: Sequence[GenerationOptions]
     ) -> list[str]:
         """Any mix of texts and options: cut into units by beam count, length and the row budget."""
+        return [ranked[0] for ranked in self.translate_ranked(ids, options)]
+
+    def translate_ranked(
+        self, ids: Sequence[Sequence[int]], options: Sequence[GenerationOptions]
+    ) -> list[list[str]]:
+        """translate_batch(), each text's translation followed by its alternatives (see generate_ranked)."""
         beams = [self.beams_for(option) for option in options]
         units = plan_units([len(row) for row in ids], beams, self.config.max_batch_rows)
-        outputs = [""] * len(ids)
+        outputs: list[list[str]] = [[] for _ in ids]
         for unit in units:
-            texts = self.generate([ids[i] for i in unit], [options[i] for i in unit])
-            for index, text in zip(unit, texts, strict=True):
-                outputs[index] = text
+            ranked = self.generate_ranked([ids[i] for i in unit], [options[i] for i in unit])
+            for index, texts in zip(unit, ranked, strict=True):
+                outputs[index] = texts
         return outputs
 
     def translate(self, texts: Sequence[str], options: GenerationOptions) -> list[str]:

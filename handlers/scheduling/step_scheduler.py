@@ -36,7 +36,7 @@ import torch
 
 from handlers.model.batching import pad_batch
 from handlers.model.decoding import FastDecoder
-from handlers.model.search import Cohort, RowLimits
+from handlers.model.search import Cohort, Finished, RowLimits
 
 
 @dataclass(frozen=True)
@@ -180,7 +180,7 @@ class StepScheduler:
 
     def step(self) -> list[tuple[SentenceKey, list[int]]]:
         """One decoder step for every running cohort, lane by lane."""
-        finished: list[tuple[SentenceKey, list[int]]] = []
+        finished: Finished = []
         for beams in list(self._lanes):
             lane = self._lanes[beams]
             for cohort, logits in zip(lane, self.decoder.step(lane), strict=True):
@@ -195,4 +195,4 @@ class StepScheduler:
                 entry.lead_left -= 1
             if not entry.running and not entry.waiting:
                 del self._requests[owner.request]
-        return [(owner, ids) for owner, ids in finished]
+        return [(owner, ranked[0]) for owner, ranked in finished]  # alternatives: scheduler static only

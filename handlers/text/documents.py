@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal, get_args
 
+from handlers.text.glossary import NO_GLOSSARY, Glossary
 from handlers.text.markup import html_segments
 from handlers.text.protection import Masked, Protected, mask, protect, restore
 from handlers.text.scripts import has_han
@@ -27,6 +28,7 @@ TEXT_FORMATS: tuple[TextFormat, ...] = get_args(TextFormat)
 class PlannedSentence:
     source: str  # the sentence as sent (protected spans in place)
     masked: Masked
+    copy: str  # what the translation holds when the model is not called: glossary terms rendered
 
     @property
     def translatable(self) -> bool:
@@ -39,6 +41,7 @@ class Run:
 
     pieces: list[Piece]
     sentences: list[PlannedSentence]
+    glossary_hits: int = 0  # source occurrences of glossary terms in this run
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,10 @@ class Document:
     def translated(self) -> bool:
         return bool(self.model_inputs)
 
+    @property
+    def glossary_hits(self) -> int:
+        return sum(part.glossary_hits for part in self.parts if isinstance(part, Run))
+
     def render(self, translations: Sequence[str]) -> Rendered:
         """The whole text with each translatable sentence replaced by its translation, in order."""
         if len(translations) != len(self.model_inputs):
@@ -97,20 +104,20 @@ class Document:
                     dropped += restored.dropped
                     rendered.append((restored.text, True))
                 else:
-                    rendered.append((sentence.source, False))
+                    rendered.append((sentence.copy, False))
                 pairs.append(SentencePair(sentence.source, *rendered[-1]))
             text.append(join_sentences(part.pieces, rendered))
         return Rendered("".join(text), pairs, dropped)
 
 
-def plan_document(text: str, text_format: TextFormat = "text") -> Document:
+def plan_document(text: str, text_format: TextFormat = "text", glossary: Glossary = NO_GLOSSARY) -> Document:
     if text_format == "html":
         parts: list[str | Run] = [
             segment.raw if segment.protected is None else _run(segment.protected, html=True)
-            for segment in html_segments(text)
+            for segment in html_segments(text, glossary)
         ]
         return Document(parts, html=True)
-    return Document([_run(protect(text))], html=False)
+    return Document([_run(protect(text, into=Protected("", glossary=glossary)))], html=False)
 
 
 def _run(protected: Protected, html: bool = False) -> Run:
@@ -123,5 +130,7 @@ def _run(protected: Protected, html: bool = False) -> Run:
             masked = mask(piece.text, protected)
             if html:
                 masked = replace(masked, core=unwrap_lines(masked.core))
-            sentences.append(PlannedSentence(protected.expand(piece.text), masked))
-    return Run(pieces, sentences)
+            sentences.append(
+                PlannedSentence(protected.expand(piece.text), masked, protected.render(piece.text))
+            )
+    return Run(pieces, sentences, protected.glossary_hits)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from html.parser import HTMLParser
 
+from handlers.text.glossary import NO_GLOSSARY, Glossary
 from handlers.text.protection import Protected, protect
 
 # fmt: off
@@ -36,7 +37,7 @@ class Segment:
     protected: Protected | None = None
 
 
-def html_segments(html: str) -> list[Segment]:
+def html_segments(html: str, glossary: Glossary = NO_GLOSSARY) -> list[Segment]:
     events = _Events(html)
     segments: list[Segment] = []
     run: Protected | None = None
@@ -58,7 +59,7 @@ def html_segments(html: str) -> list[Segment]:
             segments.append(Segment(raw))
             continue
         if run is None:
-            run = Protected("")
+            run = Protected("", glossary=glossary)
         run_raw.append(raw)
         if kind == "text":
             protect(raw, html=True, into=run)

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 
 from handlers.errors import TooManyProtectedSpans
+from handlers.text.glossary import NO_GLOSSARY, Glossary
 
 # Order matters: the first alternative that matches at a position wins.
 _PATTERNS = {
@@ -53,22 +54,47 @@ def token(number: int) -> str:
 
 @dataclass
 class Protected:
-    """A text with each protected span replaced by one private-use character (a slot)."""
+    """A text with each protected span replaced by one private-use character (a slot).
+
+    A span comes back in the translation as itself, except a glossary term, which comes back as
+    its target term (renderings); the source side (expand) always shows what was sent.
+    """
 
     text: str
     spans: list[str] = field(default_factory=list)
+    renderings: list[str] = field(default_factory=list)
+    glossary: Glossary = NO_GLOSSARY
+    terms: set[str] = field(default_factory=set)  # the slots that stand for glossary terms
 
-    def slot_for(self, span: str) -> str:
+    @property
+    def glossary_hits(self) -> int:
+        return len(self.terms)
+
+    def slot_for(self, span: str, rendering: str | None = None) -> str:
+        """A new slot for span; a rendering (a glossary term's target) makes it a term's slot."""
         if _FIRST_SLOT + len(self.spans) > _LAST_SLOT:
             raise TooManyProtectedSpans(
                 f"more than {_LAST_SLOT - _FIRST_SLOT + 1} protected spans in one text"
             )
         self.spans.append(span)
-        return chr(_FIRST_SLOT + len(self.spans) - 1)
+        self.renderings.append(span if rendering is None else rendering)
+        slot = chr(_FIRST_SLOT + len(self.spans) - 1)
+        if rendering is not None:
+            self.terms.add(slot)
+        return slot
+
+    def leaves_sentence(self, character: str) -> bool:
+        """Whitespace and protected spans at a sentence's ends stay out of the model; a glossary term
+        stays in as a token, so the model places it in the English word order."""
+        return character.isspace() or (SLOT.match(character) is not None and character not in self.terms)
 
     def expand(self, text: str) -> str:
         """Slots back to their original text."""
         return SLOT.sub(lambda match: self.spans[ord(match.group()) - _FIRST_SLOT], text)
+
+    def render(self, text: str) -> str:
+        """Slots to what they become in a translation (a glossary term: its target term)."""
+        return SLOT.sub(lambda match: self.renderings[ord(match.group()) - _FIRST_SLOT], text)
 
 
 @dataclass(frozen=True)
@@ -76,7 +102,8 @@ class Masked:
     """One sentence as the model sees it.
 
     core is what the model decodes (empty when nothing translatable is left); prefix and suffix
-    are the protected text around it, copied as is; spans[n - 1] is what token(n) stands for.
+    are the protected text around it as the translation carries it (a glossary term as its target
+    term); spans[n - 1] is what token(n) becomes in the translation.
     """
 
     prefix: str
@@ -93,7 +120,8 @@ class Restored:
 
 
 def protect(text: str, html: bool = False, into: Protected | None = None) -> Protected:
-    """Swap every protected span of a plain text for a slot (private-use characters count as spans)."""
+    """Swap every protected span of a plain text for a slot (private-use characters count as spans),
+    then every glossary term (into.glossary) in the text between them."""
     protected = into if into is not None else Protected("")
     pattern = PROTECTED_HTML if html else PROTECTED
     out: list[str] = []
@@ -113,18 +141,19 @@ def protect(text: str, html: bool = False, into: Protected | None = None) -> Pro
 
 
 def mask(sentence: str, protected: Protected) -> Masked:
-    """Slots at either end (and the whitespace there) leave the sentence; inner slots become tokens."""
+    """Slots at either end (and the whitespace there) leave the sentence, glossary terms excepted;
+    inner slots become tokens."""
     stripped = sentence.strip()
     lead = len(sentence) - len(sentence.lstrip())
     start, end = lead, lead + len(stripped)
-    while start < end and (SLOT.match(sentence[start]) or sentence[start].isspace()):
+    while start < end and protected.leaves_sentence(sentence[start]):
         start += 1
-    while end > start and (SLOT.match(sentence[end - 1]) or sentence[end - 1].isspace()):
+    while end > start and protected.leaves_sentence(sentence[end - 1]):
         end -= 1
     spans: list[str] = []
 
     def to_token(match: re.Match[str]) -> str:
-        spans.append(protected.expand(match.group()))
+        spans.append(protected.render(match.group()))
         # A token glued to a Latin letter or digit ("1ZX12") would change its number or its word.
         before, after = (
             match.string[match.start() - 1 : match.start()],
@@ -133,7 +162,7 @@ def mask(sentence: str, protected: Protected) -> Masked:
         return f"{' ' if _ALNUM.match(before) else ''}{token(len(spans))}{' ' if _ALNUM.match(after) else ''}"
 
     core = SLOT.sub(to_token, sentence[start:end])
-    return Masked(protected.expand(sentence[:start]), core, protected.expand(sentence[end:]), tuple(spans))
+    return Masked(protected.render(sentence[:start]), core, protected.render(sentence[end:]), tuple(spans))
 
 
 def restore(masked: Masked, translation: str) -> Restored:
@@ -156,5 +185,16 @@ def restore(masked: Masked, translation: str) -> Restored:
 
 
 def _protect_slots(text: str, protected: Protected) -> str:
-    """Private-use characters already in the input are protected as themselves, never confused with slots."""
-    return SLOT.sub(lambda match: protected.slot_for(match.group()), text)
+    """Private-use characters already in the input are protected as themselves, never confused with
+    slots; then each glossary term becomes a slot that renders as its target term."""
+    text = SLOT.sub(lambda match: protected.slot_for(match.group()), text)
+    if not protected.glossary:
+        return text
+    out: list[str] = []
+    position = 0
+    for match in protected.glossary.matches(text):
+        out.append(text[position : match.start()])
+        out.append(protected.slot_for(match.group(), protected.glossary.terms[match.group()]))
+        position = match.end()
+    out.append(text[position:])
+    return "".join(out)

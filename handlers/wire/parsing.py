@@ -22,9 +22,10 @@ from handlers.wire import protocols
 from handlers.wire.errors import InvalidRequest
 from handlers.wire.protocols import Envelope
 
-OPTION_KEYS = ("num_beams", "max_new_tokens", "min_new_tokens")
-# "sentences": also answer the aligned (source, translation) sentence pairs; "format": text or html.
-DOCUMENT_KEYS = ("sentences", "format")
+OPTION_KEYS = ("num_beams", "max_new_tokens", "min_new_tokens", "alternatives")
+# "sentences": also answer the aligned (source, translation) sentence pairs; "format": how the text
+# is marked up; "glossary": {"源词": "term"}, terms translated one fixed way.
+DOCUMENT_KEYS = ("sentences", "format", "glossary")
 # What v1/v2 bodies may carry as parameters; streaming ("stream", scheduler: step) is native only.
 PROTOCOL_KEYS = (*OPTION_KEYS, *DOCUMENT_KEYS)
 ALLOWED_KEYS = ("text", *PROTOCOL_KEYS, "stream")
@@ -39,6 +40,7 @@ class TranslationRequest:
     text_format: TextFormat = "text"
     want_sentences: bool = False
     stream: bool = False
+    glossary: tuple[tuple[str, str], ...] = ()  # (source term, target term), as sent
 
 
 def read_body(item: Mapping[str, Any]) -> tuple[Envelope, Any]:
@@ -69,7 +71,12 @@ def _parse_payload(payload: Any, config: HandlerConfig) -> TranslationRequest:
     if "text" not in payload:
         raise InvalidRequest('missing field "text": send {"text": "..."} or {"text": ["...", ...]}')
     texts, as_list = _texts_of(payload["text"])
-    options = GenerationOptions(**{key: _option(payload, key) for key in OPTION_KEYS})
+    options = GenerationOptions(
+        num_beams=_option(payload, "num_beams"),
+        max_new_tokens=_option(payload, "max_new_tokens"),
+        min_new_tokens=_option(payload, "min_new_tokens"),
+        alternatives=_option(payload, "alternatives") or 0,
+    )
     text_format = payload.get("format", "text")
     if text_format not in TEXT_FORMATS:
         raise InvalidRequest(f'"format" must be one of {list(TEXT_FORMATS)}, got {text_format!r}'[:200])
@@ -79,14 +86,20 @@ def _parse_payload(payload: Any, config: HandlerConfig) -> TranslationRequest:
     stream = payload.get("stream", False)
     if not isinstance(stream, bool):
         raise InvalidRequest(f'"stream" must be true or false, got {stream!r}'[:200])
+    if options.alternatives and config.scheduler != "static":
+        raise InvalidRequest(
+            '"alternatives" needs a model version served with scheduler: static; under scheduler: '
+            "step each sentence keeps only its best hypothesis"
+        )
+    glossary = _glossary(payload.get("glossary", {}), config)
     if stream and config.scheduler != "step":
         raise InvalidRequest(
             '"stream": true needs a model version served with scheduler: step; this one decodes '
             "each batch to its end (scheduler: static)",
             status=400,
         )
-    fmt: TextFormat = "html" if text_format == "html" else "text"
-    request = TranslationRequest(texts, as_list, options, fmt, want_sentences, stream)
+    fmt: TextFormat = TEXT_FORMATS[TEXT_FORMATS.index(text_format)]
+    request = TranslationRequest(texts, as_list, options, fmt, want_sentences, stream, glossary)
     return _validated(request, config)
 
 
@@ -145,6 +158,31 @@ def _texts_of(value: Any) -> tuple[tuple[str, ...], bool]:
             raise InvalidRequest(f'"text" list items must be strings; item {bad[0]} is not')
         return tuple(value), True
     raise InvalidRequest(f'"text" must be a string or a list of strings, got {type(value).__name__}')
+
+
+def _glossary(value: Any, config: HandlerConfig) -> tuple[tuple[str, str], ...]:
+    if not isinstance(value, dict):
+        raise InvalidRequest(
+            f'"glossary" must be an object like {{"源词": "term"}}, got {type(value).__name__}'
+        )
+    if len(value) > config.max_glossary_entries:
+        raise InvalidRequest(
+            f'"glossary" has {len(value)} entries > max_glossary_entries ({config.max_glossary_entries})',
+            status=413,
+        )
+    for source, target in value.items():
+        if not isinstance(target, str) or not source.strip() or not target.strip():
+            raise InvalidRequest(
+                f'"glossary" entry {source!r} must map a non-empty term to a non-empty string'[:200]
+            )
+        if len(source) > config.max_glossary_chars or len(target) > config.max_glossary_chars:
+            raise InvalidRequest(
+                f'"glossary" entry {source[:40]!r}: terms are at most {config.max_glossary_chars} characters',
+                status=413,
+            )
+        _check_encodable(source, "a glossary term")
+        _check_encodable(target, "a glossary term")
+    return tuple(value.items())
 
 
 def _option(payload: Mapping[str, Any], key: str) -> int | None:
@@ -212,3 +250,9 @@ def _check_options(options: GenerationOptions, config: HandlerConfig) -> None:
                 f"got {options.min_new_tokens}",
                 status=422,
             )
+    if not 0 <= options.alternatives < config.max_beams:
+        # The exact bound (below the request's own beam count) is checked once beams are known.
+        raise InvalidRequest(
+            f'"alternatives" must be between 0 and {config.max_beams - 1}, got {options.alternatives}',
+            status=422,
+        )

@@ -25,6 +25,9 @@ V2_TENSOR_KEYS = ("name", "shape", "datatype", "data", "parameters")
 V2_UNSUPPORTED_TENSOR_PARAMETERS = ("binary_data_size", "shared_memory_region")
 V1_REQUEST_KEYS = ("instances", "parameters")
 OUTPUT_NAME = "translation"
+# The second output, with the "alternatives" parameter: shape [texts, the most any text has],
+# row-major, "" where a text has fewer (a text of several sentences has none).
+ALTERNATIVES_OUTPUT = "alternatives"
 
 
 class ProtocolError(ValueError):
@@ -73,13 +76,17 @@ def wrap_response(envelope: Envelope, body: Mapping[str, Any]) -> dict[str, Any]
     if envelope.name == "v1":
         # v1 has only "predictions"; our identity (the stand-in notice above all) travels beside it.
         return {"predictions": translations, **rest}
-    parameters = {key: value for key, value in rest.items() if key not in ("model", "version")}
+    parameters = {
+        key: value for key, value in rest.items() if key not in ("model", "version", "alternatives")
+    }
     response: dict[str, Any] = {"model_name": body["model"], "model_version": body["version"]}
     if envelope.request_id is not None:
         response["id"] = envelope.request_id
     response["outputs"] = [
         {"name": OUTPUT_NAME, "datatype": "BYTES", "shape": [len(translations)], "data": translations}
     ]
+    if "alternatives" in body:
+        response["outputs"].append(_alternatives_tensor(body["alternatives"]))
     response["parameters"] = {key: _parameter_value(value) for key, value in parameters.items()}
     return response
 
@@ -162,9 +169,22 @@ def _check_outputs(outputs: Any) -> None:
     if not isinstance(outputs, list) or not all(isinstance(output, dict) for output in outputs):
         raise ProtocolError('"outputs" must be a list of objects like {"name": "translation"}')
     names = [output.get("name") for output in outputs]
-    unknown = [name for name in names if name != OUTPUT_NAME]
+    unknown = [name for name in names if name not in (OUTPUT_NAME, ALTERNATIVES_OUTPUT)]
     if unknown:
-        raise ProtocolError(f'unknown output(s) {unknown}: the only output is "{OUTPUT_NAME}"'[:300])
+        raise ProtocolError(
+            f'unknown output(s) {unknown}: the outputs are "{OUTPUT_NAME}" and "{ALTERNATIVES_OUTPUT}"'[:300]
+        )
+
+
+def _alternatives_tensor(alternatives: list[list[str]]) -> dict[str, Any]:
+    width = max((len(row) for row in alternatives), default=0)
+    data = [text for row in alternatives for text in [*row, *[""] * (width - len(row))]]
+    return {
+        "name": ALTERNATIVES_OUTPUT,
+        "datatype": "BYTES",
+        "shape": [len(alternatives), width],
+        "data": data,
+    }
 
 
 def _unwrap_v1(payload: dict[str, Any], option_keys: Collection[str]) -> dict[str, Any]:

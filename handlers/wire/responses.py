@@ -37,6 +37,7 @@ class TextAnswer:
     cut: list[CutSentence]
     decoded: int  # sentences that went through the model (or its cache)
     cached: int  # of those, answered from the cache
+    alternatives: list[str] | None = None  # None: not asked; []: none for this text (see warnings)
 
 
 def native_body(
@@ -54,7 +55,12 @@ def native_body(
     for index, answer in enumerate(answers):
         warnings += [_dropped_warning(index, span) for span in answer.dropped]
         warnings += [_cut_warning(index, cut, max_input_tokens) for cut in answer.cut]
+        if answer.alternatives == [] and answer.decoded > 1:
+            warnings.append(_alternatives_warning(index, answer.decoded))
     body["warnings"] = warnings
+    if answers and answers[0].alternatives is not None:
+        alternatives = [answer.alternatives or [] for answer in answers]
+        body["alternatives"] = alternatives if as_list else alternatives[0]
     if want_sentences:
         pairs = [[sentence.__dict__ for sentence in answer.sentences] for answer in answers]
         body["sentences"] = pairs if as_list else pairs[0]
@@ -66,6 +72,15 @@ def _dropped_warning(text: int, span: str) -> dict[str, Any]:
         "text": text,
         "code": "placeholder_restored",
         "message": f"the model dropped the protected text {span[:80]!r}; it was appended to its sentence",
+    }
+
+
+def _alternatives_warning(text: int, sentences: int) -> dict[str, Any]:
+    return {
+        "text": text,
+        "code": "alternatives_single_sentence",
+        "message": f"alternatives are given for a text of one sentence; this one has {sentences}: "
+        "send its sentences as a list of texts to get alternatives for each",
     }
 
 

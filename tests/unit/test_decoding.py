@@ -74,6 +74,23 @@ def test_fast_decoder_gives_the_ids_of_generate(pair: Pair, beams: int) -> None:
     assert differ == [], f"{len(differ)} of {len(fast)} sentences differ, first {differ[:5]}"
 
 
+def test_alternatives_are_the_hypotheses_generate_ranks_next(pair: Pair) -> None:
+    """A beam search's finished hypotheses, best first: the fast decoder's are generate()'s
+    num_return_sequences, and its best is what decode() gives."""
+    pad = pair.translator.tokenizer.pad_token_id
+    differ = []
+    for index, row in enumerate(pair.ids[:100]):
+        input_ids, mask = pad_batch([row], pad)
+        limits = [limits_for(index, row)]
+        ours = pair.fast.decode_ranked(input_ids, mask, limits, 4)[0]
+        theirs = pair.reference.decode_ranked(input_ids, mask, limits, 4)[0]
+        assert ours[0] == pair.fast.decode(input_ids, mask, limits, 4)[0]
+        assert len(ours) == 4 and len({tuple(ids) for ids in ours}) == 4
+        if ours != theirs:
+            differ.append(index)
+    assert differ == [], f"{len(differ)} of 100 sentences rank their hypotheses differently: {differ[:5]}"
+
+
 @pytest.mark.parametrize(
     "rules",
     [

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from handlers.errors import OverLimit, UnsupportedLanguage
+from handlers.errors import OutOfRange, OverLimit, UnsupportedLanguage
 from handlers.handler_config import HandlerConfig
 from handlers.model.options import GenerationOptions
 from handlers.model.translator import Translator
@@ -123,3 +123,49 @@ def test_limits_are_checked_when_planning(translator: Translator) -> None:
     assert client_error(refused.value).status == 422 and refused.value.message.startswith(
         "text 0 looks like Japanese"
     )
+
+
+def test_alternatives_follow_the_best_translation_and_are_always_decoded(translator: Translator) -> None:
+    cache = SentenceCache(1000, 10**7)
+    plain = answer(run(CachedDecoding(translator, cache, "m"), request("汤姆不会同意的。", "是那家。"))[0])
+    asked = answer(
+        run(CachedDecoding(translator, cache, "m"), request("汤姆不会同意的。", "是那家。", alternatives=3))[
+            0
+        ]
+    )
+    # The cache answered the plain request's sentences again, but alternatives are never cached.
+    assert asked["stats"]["cached"] == 0 and asked["translations"] == plain["translations"]
+    for best, alternatives in zip(asked["translations"], asked["alternatives"], strict=True):
+        assert 1 <= len(alternatives) <= 3 and best not in alternatives
+        assert len(set(alternatives)) == len(alternatives)
+    assert "alternatives" not in plain
+
+
+def test_a_text_of_several_sentences_gets_no_alternatives_and_a_warning(translator: Translator) -> None:
+    body = answer(
+        run(CachedDecoding(translator, SentenceCache(0, 0), "m"), request(ARTICLE, alternatives=2))[0]
+    )
+    assert body["alternatives"] == [[]]
+    assert [warning["code"] for warning in body["warnings"]] == ["alternatives_single_sentence"]
+
+
+def test_alternatives_must_stay_below_the_beam_count(translator: Translator) -> None:
+    with pytest.raises(OutOfRange, match="below the beam count"):
+        plan_request(request("是那家。", num_beams=2, alternatives=2), translator)
+
+
+def test_glossary_terms_come_back_once_and_share_the_cached_decode(translator: Translator) -> None:
+    """The model sees a placeholder, never the target term: two glossaries share the decode."""
+    cache = SentenceCache(1000, 10**7)
+    decoding = CachedDecoding(translator, cache, "m")
+
+    def with_terms(terms: dict[str, str]) -> dict[str, Any]:
+        sent = TranslationRequest(("汤姆在公园。",), True, GenerationOptions(), glossary=tuple(terms.items()))
+        return answer(run(decoding, sent)[0])
+
+    first, second = with_terms({"公园": "GARDEN-A"}), with_terms({"公园": "GARDEN-B"})
+    assert first["translations"][0].count("GARDEN-A") == 1 and "GARDEN-B" not in first["translations"][0]
+    assert second["translations"][0].count("GARDEN-B") == 1 and "GARDEN-A" not in second["translations"][0]
+    assert second["stats"]["cached"] == 1
+    plain = answer(run(decoding, request("汤姆在公园。"))[0])
+    assert plain["stats"]["cached"] == 0  # without the term the model input differs
