@@ -29,3 +29,7 @@ class OutOfRange(Refused):
 
 class TooManyProtectedSpans(Refused):
     """More spans to keep verbatim than the private-use slots that carry them through the model."""
+
+
+class Unparsable(Refused):
+    """A text that is not in the format the request declared (an SRT cue without its timings, say)."""

@@ -5,13 +5,21 @@ Domain refusals (handlers.errors) become statuses here and nowhere else.
 
 from __future__ import annotations
 
-from handlers.errors import OutOfRange, OverLimit, Refused, TooManyProtectedSpans, UnsupportedLanguage
+from handlers.errors import (
+    OutOfRange,
+    OverLimit,
+    Refused,
+    TooManyProtectedSpans,
+    Unparsable,
+    UnsupportedLanguage,
+)
 
 STATUS_OF_REFUSAL: dict[type[Refused], int] = {
     OverLimit: 413,
     UnsupportedLanguage: 422,
     OutOfRange: 422,
     TooManyProtectedSpans: 400,
+    Unparsable: 400,
 }
 
 
