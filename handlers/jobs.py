@@ -10,18 +10,20 @@ from dataclasses import dataclass
 
 from handlers.pipeline import RequestWork
 from handlers.wire.errors import Busy, InvalidRequest
-from handlers.wire.protocols import NATIVE, Envelope
+from handlers.wire.protocols import NATIVE, Envelope, ResponseBody
 
 
 @dataclass
 class Job:
-    """One request of a TorchServe batch: its planned work, or the client error that ended it."""
+    """One request of a TorchServe batch: its planned work, the client error that ended it, or the
+    answer it got without the model (LibreTranslate's /detect)."""
 
     # How the request came in (native, v1, v2): its answer, or its error, is wrapped to match.
     # The one place the envelope is kept; it is known as soon as the body is read.
     protocol: Envelope = NATIVE
     work: RequestWork | None = None
     error: InvalidRequest | None = None
+    answer: ResponseBody | None = None
 
     def refuse(self, error: InvalidRequest) -> None:
         self.work, self.error = None, error

@@ -31,6 +31,7 @@ from handlers.pipeline import BatchCounts
 from handlers.scheduling.partitions import Partitions
 from handlers.scheduling.step_scheduler import SentenceKey
 from handlers.sentence_cache import CacheKey, SentenceCache, cache_key
+from handlers.wire.protocols import ResponseBody
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ class OpenRequests:
         scheduler: Partitions,
         cache: SentenceCache,
         model_tag: str,
-        render: Callable[[Job], dict[str, Any]],
+        render: Callable[[Job], ResponseBody],
     ) -> None:
         self.translator, self.scheduler, self.cache = translator, scheduler, cache
         self.model_tag, self.render = model_tag, render

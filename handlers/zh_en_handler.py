@@ -39,7 +39,7 @@ from handlers.sentence_cache import SentenceCache
 from handlers.text.glossary import NO_GLOSSARY, load_tsv
 from handlers.wire.errors import InvalidRequest, client_error
 from handlers.wire.parsing import parse_request, read_body
-from handlers.wire.protocols import error_body, wrap_response
+from handlers.wire.protocols import ResponseBody, answer_at_once, error_body, error_status, wrap_response
 from handlers.wire.responses import native_body
 
 logger = logging.getLogger(__name__)
@@ -139,14 +139,14 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         self._count(counts)
         return jobs
 
-    def explain_handle(self, jobs: list[Job], raw_data: Any) -> list[dict[str, Any]]:
+    def explain_handle(self, jobs: list[Job], raw_data: Any) -> list[ResponseBody]:
         """`:explain` routes reach the handler too; a translation model has nothing to explain."""
         for job in jobs:
             if job.work is not None:
                 job.refuse(InvalidRequest(NO_EXPLANATIONS, status=501))
         return self.postprocess(jobs)
 
-    def postprocess(self, jobs: list[Job]) -> list[dict[str, Any]]:
+    def postprocess(self, jobs: list[Job]) -> list[ResponseBody]:
         return [self._respond(index, job) for index, job in enumerate(jobs)]
 
     def _prepare(self, item: dict[str, Any]) -> Job:
@@ -158,6 +158,9 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         job = Job()
         try:
             job.protocol, payload = read_body(item)
+            job.answer = answer_at_once(job.protocol, payload)  # LibreTranslate's /detect: no model
+            if job.answer is not None:
+                return job
             request = parse_request(job.protocol, payload, self.translator.config)
             job.work = plan_request(request, self.translator, self.glossary)
         except InvalidRequest as error:
@@ -166,7 +169,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
             job.refuse(client_error(refusal))
         return job
 
-    def _respond(self, index: int, job: Job) -> dict[str, Any]:
+    def _respond(self, index: int, job: Job) -> ResponseBody:
         self._set_head(index, job)
         return self._body(job)
 
@@ -180,12 +183,15 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
             self.context.set_response_header(index, "X-Accel-Buffering", "no")  # nginx: pass chunks on
         if job.error is not None:
             # The standard reason phrase: the message (which may quote client input) stays in the body.
-            self.context.set_response_status(job.error.status, HTTPStatus(job.error.status).phrase, index)
+            status = error_status(job.protocol, job.error.status)
+            self.context.set_response_status(status, HTTPStatus(status).phrase, index)
             if job.error.retry_after is not None:
                 self.context.set_response_header(index, "Retry-After", str(job.error.retry_after))
 
-    def _body(self, job: Job) -> dict[str, Any]:
+    def _body(self, job: Job) -> ResponseBody:
         assert self.translator is not None
+        if job.answer is not None:
+            return job.answer
         if job.work is None:
             assert job.error is not None
             return error_body(job.protocol, job.error.status, job.error.message, job.error.kind)

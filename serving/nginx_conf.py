@@ -30,6 +30,7 @@ class FrontDoorConfig:
     rate_per_second: int = 20  # per client key
     burst: int = 40  # requests over the rate a key may send at once before it gets 429
     body_limit_kib: int = 128  # the replicas' max_request_size
+    char_limit: int = 5000  # per text: the replicas' max_chars_per_text (LibreTranslate's charLimit)
     read_timeout_s: int = 130  # above TorchServe's 120 s responseTimeout
     tries: int = 3  # replicas one request may try
     retry_window_s: int = 300  # all tries of one request, together
@@ -89,6 +90,7 @@ def render(config: FrontDoorConfig, paths: FrontDoorPaths, template_dir: Path = 
         "RATE": str(config.rate_per_second),
         "BURST": str(config.burst),
         "BODY_LIMIT_KIB": str(config.body_limit_kib),
+        "CHAR_LIMIT": str(config.char_limit),
         "READ_TIMEOUT_S": str(config.read_timeout_s),
         "TRIES": str(config.tries),
         "RETRY_WINDOW_S": str(config.retry_window_s),

@@ -12,6 +12,8 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import Literal
 
 from handlers.errors import UnsupportedLanguage
 
@@ -28,11 +30,42 @@ def has_han(text: str) -> bool:
 
 def check_language(text: str, where: str) -> None:
     """Refuse a text that is mostly Japanese or Korean (UnsupportedLanguage)."""
+    foreign = _foreign_script(text)
+    if foreign is not None:
+        name, count, han = foreign
+        raise UnsupportedLanguage(
+            f"{where} looks like {name.split()[0]}: {count} of its {count + han} CJK letters are "
+            f"{name}; this model translates Chinese only"
+        )
+
+
+@dataclass(frozen=True)
+class ScriptReading:
+    """What the check above reads in a text, for clients that ask (LibreTranslate's /detect): its
+    language, None when it has no Chinese, Japanese or Korean letters (the check knows no other
+    script), and the share of its letters written in that language's scripts, 0 to 1."""
+
+    language: Literal["zh", "ja", "ko"] | None
+    share: float
+
+
+def read_script(text: str) -> ScriptReading:
+    letters = sum(1 for char in text if char.isalpha())
+    han = len(HAN.findall(text))
+    foreign = _foreign_script(text)
+    if foreign is not None:
+        name, count, _ = foreign
+        return ScriptReading("ja" if name.startswith("Japanese") else "ko", min(1.0, (count + han) / letters))
+    if han:
+        return ScriptReading("zh", min(1.0, han / letters))
+    return ScriptReading(None, 0.0)
+
+
+def _foreign_script(text: str) -> tuple[str, int, int] | None:
+    """The Japanese or Korean script a text is mostly written in: (its name, its letters, Han letters)."""
     han = len(HAN.findall(text))
     for name, letters in (("Japanese kana", KANA), ("Korean hangul", HANGUL)):
         count = len(letters.findall(text))
         if count and count / (count + han) > FOREIGN_SHARE:
-            raise UnsupportedLanguage(
-                f"{where} looks like {name.split()[0]}: {count} of its {count + han} CJK letters are "
-                f"{name}; this model translates Chinese only"
-            )
+            return name, count, han
+    return None

@@ -5,7 +5,8 @@ read_body() decodes the body and names its protocol (an error there is answered 
 parse_request() unwraps a v1/v2 (Open Inference Protocol) body into our native shape and
 validates it once. TorchServe hands each request over as a dict of named parameters: a JSON
 body arrives parsed under "body" (or "data"), a text/* body as str, anything else (including
-JSON that failed to parse, or text that is not UTF-8) as bytes.
+JSON that failed to parse, or text that is not UTF-8) as bytes; a form (LibreTranslate's clients
+post them) arrives as one key per field, beside the query parameters.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 from handlers.handler_config import HandlerConfig
 from handlers.model.options import GenerationOptions
 from handlers.text.documents import TEXT_FORMATS, TextFormat
-from handlers.wire import protocols
+from handlers.wire import libretranslate, protocols
 from handlers.wire.errors import InvalidRequest
 from handlers.wire.protocols import Envelope
 
@@ -45,6 +46,9 @@ class TranslationRequest:
 
 def read_body(item: Mapping[str, Any]) -> tuple[Envelope, Any]:
     """The protocol one request of a batch speaks, and its decoded body (not yet validated)."""
+    fields = libretranslate.form_fields(item)
+    if fields is not None:  # a LibreTranslate form: TorchServe hands its fields over as keys
+        return protocols.detect(fields, form=True), fields
     payload = _decode_body(_body_of(item))
     return protocols.detect(payload), payload
 

@@ -1,10 +1,13 @@
-"""Protocol adapters: the Open Inference Protocol (KServe v2, and v1) in and out of our native shape.
+"""Protocol adapters: the Open Inference Protocol (KServe v2, and v1) and LibreTranslate's API in and
+out of our native shape.
 
 TorchServe routes POST /v2/models/<m>/infer and /v1/models/<m>:predict to the same handler as
 /predictions/<m>, with the body but not the route, so the protocol is read from the body: "inputs"
-means v2, "instances" v1, anything else is our native request. `unwrap` turns a v1/v2 body into
-{"text": [...], **options}, which then goes through the one native validation; `wrap_response` and
-`error_body` put a native answer back into the protocol's shape.
+means v2, "instances" v1, "q" (or the front door's "libretranslate" route field, in JSON or a
+form) LibreTranslate, anything else is our native request.
+`unwrap` turns a v1/v2/LibreTranslate body into {"text": ..., **options}, which then goes through
+the one native validation; `wrap_response`, `error_status` and `error_body` put a native answer
+back into the protocol's shape.
 """
 
 from __future__ import annotations
@@ -14,7 +17,11 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-ProtocolName = Literal["native", "v1", "v2"]
+from handlers.wire import libretranslate
+
+ProtocolName = Literal["native", "v1", "v2", "libretranslate"]
+# A response body: an object, or a list (LibreTranslate's /detect).
+ResponseBody = dict[str, Any] | list[dict[str, Any]]
 
 # Request-level parameters that only steer the transport: tritonclient adds binary_data_output when
 # no outputs are named. We always answer JSON, which its result parser reads as well.
@@ -36,30 +43,38 @@ class ProtocolError(ValueError):
 
 @dataclass(frozen=True)
 class Envelope:
-    """The protocol a request came in, and what its answer must carry back (the v2 request id)."""
+    """The protocol a request came in, and what its answer must carry back (the v2 request id,
+    LibreTranslate's route and detected languages)."""
 
     name: ProtocolName = "native"
     request_id: str | None = None
+    libretranslate: libretranslate.Call | None = None
 
 
 NATIVE = Envelope()
 
 
-def detect(payload: Any) -> Envelope:
-    """The protocol of a decoded body; never raises (unwrap validates)."""
+def detect(payload: Any, form: bool = False) -> Envelope:
+    """The protocol of a decoded body (or of a form's fields); never raises (unwrap validates)."""
     if not isinstance(payload, dict):
         return NATIVE
+    if form or libretranslate.ROUTE_FIELD in payload:  # LibreTranslate's, from the front door
+        return Envelope("libretranslate", libretranslate=libretranslate.call_of(payload, form))
     if "inputs" in payload:
         request_id = payload.get("id")
         return Envelope("v2", request_id if isinstance(request_id, str) else None)
     if "instances" in payload:
         return Envelope("v1")
+    if "q" in payload:
+        return Envelope("libretranslate", libretranslate=libretranslate.call_of(payload, form))
     return NATIVE
 
 
 def unwrap(envelope: Envelope, payload: Any, option_keys: Collection[str]) -> Any:
     """The native payload for a v1/v2 body (native ones pass through); option_keys may appear in
-    "parameters"."""
+    "parameters". LibreTranslate bodies are refused in its words (InvalidRequest, a 400)."""
+    if envelope.libretranslate is not None:
+        return libretranslate.unwrap(envelope.libretranslate, payload)
     if envelope.name == "v2":
         return _unwrap_v2(payload, option_keys)
     if envelope.name == "v1":
@@ -71,6 +86,8 @@ def wrap_response(envelope: Envelope, body: Mapping[str, Any]) -> dict[str, Any]
     """A native success body (always "translations" for v1/v2: they send lists) in the protocol's shape."""
     if envelope.name == "native":
         return dict(body)
+    if envelope.libretranslate is not None:
+        return libretranslate.wrap(envelope.libretranslate, body)
     translations = body["translations"]
     rest = {key: value for key, value in body.items() if key != "translations"}
     if envelope.name == "v1":
@@ -91,8 +108,19 @@ def wrap_response(envelope: Envelope, body: Mapping[str, Any]) -> dict[str, Any]
     return response
 
 
+def error_status(envelope: Envelope, status: int) -> int:
+    """The status an error gets in the protocol: LibreTranslate's clients know only its 400."""
+    return libretranslate.error_status(status) if envelope.libretranslate is not None else status
+
+
+def answer_at_once(envelope: Envelope, payload: Any) -> ResponseBody | None:
+    """The answer to a request that needs no model (LibreTranslate's /detect), else None."""
+    call = envelope.libretranslate
+    return libretranslate.detect_answer(payload) if call and call.route == "detect" else None
+
+
 def error_body(envelope: Envelope, status: int, message: str, kind: str = "InvalidRequest") -> dict[str, Any]:
-    """The error in the protocol's shape: v1 and v2 both use {"error": message}."""
+    """The error in the protocol's shape: v1, v2 and LibreTranslate all use {"error": message}."""
     if envelope.name == "native":
         return {"code": status, "type": kind, "message": message}
     return {"error": message}

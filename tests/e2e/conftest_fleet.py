@@ -29,6 +29,7 @@ class Stub:
     status: int = 200
     hang_seconds: float = 0.0
     seen_headers: list[dict[str, str]] = field(default_factory=list)
+    seen_requests: list[tuple[str, bytes]] = field(default_factory=list)  # (path with query, body)
 
     def __post_init__(self) -> None:
         stub = self
@@ -37,8 +38,9 @@ class Stub:
             protocol_version = "HTTP/1.1"
 
             def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                received = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 stub.seen_headers.append(dict(self.headers))
+                stub.seen_requests.append((self.path, received))
                 if stub.hang_seconds:
                     time.sleep(stub.hang_seconds)
                 body = json.dumps({"code": stub.status, "type": "Stub", "message": f"stub {stub.status}"})

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from libretranslatepy import LibreTranslateAPI
 
 from serving.ports import free_port
 from serving.processes import process_alive
@@ -118,6 +119,8 @@ def test_the_service_drains_on_sigterm_keeps_its_keys_and_revives_a_replica(
         service.start()
         assert not (service.run_dir / "client_key.json").exists()
         assert translate(service, key).status_code == 200
+        # The production path serves LibreTranslate's clients too (deploy/nginx/libretranslate.conf).
+        assert isinstance(LibreTranslateAPI(service.url, api_key=key).translate("你好。", "zh", "en"), str)
 
         # A replica that dies is started again by the service, and the front door serves again.
         killed = Fleet.load(service.run_dir).kill_replica("r1")

@@ -21,7 +21,7 @@ from referencing.jsonschema import DRAFT202012
 
 from handlers.handler_config import DecoderName, HandlerConfig, Variant
 from handlers.text.documents import TEXT_FORMATS
-from handlers.wire import parsing, protocols
+from handlers.wire import libretranslate, parsing, protocols
 from handlers.zh_en_handler import TranslationHandler
 from serving.nginx_conf import FrontDoorConfig
 from serving.torchserve import PRODUCTION_CONFIG
@@ -36,6 +36,20 @@ SPEC_URI = "urn:zh-en:openapi"
 REGISTRY: Registry = Registry().with_resource(
     SPEC_URI, Resource.from_contents(SPEC, default_specification=DRAFT202012)
 )
+
+
+METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
+
+
+def operations(front_door: bool | None = None) -> list[tuple[str, str, dict[str, Any]]]:
+    """(path, method, operation) for every operation; front_door picks the paths only the nginx front
+    door serves (LibreTranslate's, with their own `servers`) or only TorchServe's."""
+    return [
+        (path, method, operation)
+        for path, item in SPEC["paths"].items()
+        for method, operation in item.items()
+        if method in METHODS and (front_door is None or ("servers" in item) == front_door)
+    ]
 
 
 def validator(pointer: str) -> Draft202012Validator:
@@ -62,12 +76,17 @@ def test_every_operation_documents_auth_and_json_errors() -> None:
         "type": "http",
         "scheme": "bearer",
     }
-    for path, item in SPEC["paths"].items():
-        for method, operation in item.items():
-            responses = operation["responses"]
-            assert "200" in responses and "400" in responses, (method, path)
-            if path != "/ping":
-                assert {"404", "413", "415", "422", "503", "507"} <= set(responses), (method, path)
+    for path, method, operation in operations(front_door=False):
+        responses = operation["responses"]
+        assert "200" in responses and "400" in responses, (method, path)
+        if path != "/ping":
+            assert {"404", "413", "415", "422", "503", "507"} <= set(responses), (method, path)
+    # LibreTranslate's routes answer in its statuses: 400 for every invalid request, 403 a wrong key.
+    for path, method, operation in operations(front_door=True):
+        responses = set(operation["responses"])
+        assert {"200", "400"} <= responses, (method, path)
+        if method == "post":
+            assert {"403", "429", "502", "503", "504"} <= responses and "413" not in responses, path
 
 
 @pytest.mark.parametrize("name", sorted(LIMITS))
@@ -82,6 +101,11 @@ def test_limits_match_the_served_config(name: str) -> None:
         return
     for config_name, config in shipped_configs().items():
         assert getattr(config, name) == LIMITS[name], f"{config_name}: {name}"
+
+
+def test_the_front_door_states_the_served_character_limit() -> None:
+    # LibreTranslate's /frontend/settings charLimit (per text), rendered from FrontDoorConfig.
+    assert FrontDoorConfig().char_limit == LIMITS["max_chars_per_text"]
 
 
 @pytest.mark.parametrize(
@@ -131,20 +155,28 @@ def test_request_fields_match_the_parser() -> None:
     assert list(SCHEMAS["V2InferenceRequest"]["properties"]) == list(protocols.V2_REQUEST_KEYS)
     assert list(SCHEMAS["V2InputTensor"]["properties"]) == list(protocols.V2_TENSOR_KEYS)
     assert list(SCHEMAS["V1PredictRequest"]["properties"]) == list(protocols.V1_REQUEST_KEYS)
+    fields = [*libretranslate.FIELDS, "api_key"]
+    assert list(SCHEMAS["LibreTranslateRequest"]["properties"]) == fields
+    assert list(SCHEMAS["LibreTranslateForm"]["properties"]) == fields
+    assert SCHEMAS["LibreTranslateRequest"]["properties"]["format"]["enum"] == list(libretranslate.FORMATS)
+    # What the front door passes on is what the handler reads.
+    njs = (REPO / "deploy" / "nginx" / "front_door.js").read_text()
+    passed_on = re.search(r"const LIBRETRANSLATE_FIELDS = \[(.*?)\];", njs)
+    assert passed_on is not None
+    assert re.findall(r"'(\w+)'", passed_on.group(1)) == list(libretranslate.FIELDS)
 
 
 def examples() -> list[tuple[str, str, Any]]:
     """(schema pointer, example name, value) for every example in the spec."""
     found = []
-    for path, item in SPEC["paths"].items():
-        for operation in item.values():
-            body = operation.get("requestBody", {})
-            if "$ref" in body:
-                body = SPEC["components"]["requestBodies"][body["$ref"].rsplit("/", 1)[1]]
-            for media, content in body.get("content", {}).items():
-                for name, example in content.get("examples", {}).items():
-                    pointer = content["schema"]["$ref"].removeprefix("#/")
-                    found.append((pointer, f"{path} {media} {name}", example["value"]))
+    for path, _, operation in operations():
+        body = operation.get("requestBody", {})
+        if "$ref" in body:
+            body = SPEC["components"]["requestBodies"][body["$ref"].rsplit("/", 1)[1]]
+        for media, content in body.get("content", {}).items():
+            for name, example in content.get("examples", {}).items():
+                pointer = content["schema"]["$ref"].removeprefix("#/")
+                found.append((pointer, f"{path} {media} {name}", example["value"]))
     return found
 
 
@@ -174,6 +206,16 @@ ANSWERS = [
     ({"text": "你好", "num_beams": 99}, 422, "InvalidRequest"),
     (tensor("你好") | {"inputs": []}, 400, "ProtocolError"),
     ({"instances": ["你好"] * 17}, 413, "ProtocolError"),
+    # LibreTranslate's, as the front door passes them on (its route in "libretranslate").
+    (
+        {"q": "你好。", "source": "zh", "target": "en", "libretranslate": "translate"},
+        200,
+        "LibreTranslateResponse",
+    ),
+    ({"q": ["你好。"], "source": "auto", "target": "en", "alternatives": 2}, 200, "LibreTranslateResponse"),
+    ({"q": "你好。", "libretranslate": "detect"}, 200, "LibreTranslateDetections"),
+    ({"q": "你好", "source": "zh", "target": "fr"}, 400, "LibreTranslateError"),
+    ({"q": "ありがとうございます。", "source": "zh", "target": "en"}, 400, "LibreTranslateError"),
 ]
 
 

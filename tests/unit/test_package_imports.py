@@ -3,7 +3,8 @@
 Read from the source with ast, so a new import that breaks the rule fails here rather than in review:
 - text/ knows neither torch nor HTTP: it imports only itself and handlers.errors;
 - model/ and scheduling/ never import the wire edge or the handler's top level;
-- wire/ never imports the handler's top level (it may read text formats and model options).
+- wire/ never imports the handler's top level (it may read text formats, the script check and model
+  options).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "text": (),
     "model": (),
     "scheduling": ("handlers.model",),
-    "wire": ("handlers.text.documents", "handlers.model.options"),
+    "wire": ("handlers.text.documents", "handlers.text.scripts", "handlers.model.options"),
 }
 NO_THIRD_PARTY = {"text": ("torch", "transformers", "ts", "requests")}
 

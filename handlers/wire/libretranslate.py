@@ -1,0 +1,192 @@
+"""LibreTranslate's API (POST /translate and /detect at the front door): its requests in, its answers out.
+
+LibreTranslate clients (libretranslatepy, Weblate, browser extensions) send their fields as JSON, a
+urlencoded form or a multipart form. The front door (deploy/nginx/libretranslate.conf) checks and
+strips the key, names the route in the field "libretranslate" (TorchServe hands the handler the
+body, not the path, nor even the query string), then passes the fields to /predictions/zh_en: JSON
+as JSON, any form as a multipart form, whose fields TorchServe hands over as separate keys of the
+request (as bytes). The field rules, messages and statuses follow LibreTranslate 1.9.6
+(libretranslate/app.py, translate() and detect()): every refusal is a 400 {"error": "..."}.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from handlers.text.scripts import read_script
+from handlers.wire.errors import InvalidRequest
+
+Route = Literal["translate", "detect"]
+# The field the front door sets to the route (it overwrites any the client sent).
+ROUTE_FIELD = "libretranslate"
+FORMATS = ("text", "html")  # LibreTranslate's; our other formats stay on the native API
+# What /translate reads (front_door.js passes on no other form field; the key never).
+FIELDS = ("q", "source", "target", "format", "alternatives")
+
+
+@dataclass(frozen=True)
+class Language:
+    code: str
+    name: str
+    targets: tuple[str, ...]
+
+
+# What GET /languages answers (deploy/nginx/libretranslate.conf serves it; a test holds the two equal).
+# LibreTranslate names Chinese zh-Hans (simplified) and zh-Hant (traditional); opus-mt-zh-en reads
+# both, and its test set mixes them. English is listed because clients check that a target is known.
+LANGUAGES = (
+    Language("en", "English", ()),
+    Language("zh-Hans", "Chinese", ("en",)),
+    Language("zh-Hant", "Chinese (traditional)", ("en",)),
+)
+# LibreTranslate's aliases (libretranslate/language.py): zh for zh-Hans, zt for zh-Hant; any case.
+ALIASES = {"zh": "zh-Hans", "zt": "zh-Hant"}
+AUTO = "auto"
+# LibreTranslate's answer when it recognises nothing (language.py, detect_languages).
+NOTHING_RECOGNISED = {"confidence": 0.0, "language": "en"}
+DETECTED_CODES = {"zh": "zh-Hans", "ja": "ja", "ko": "ko"}
+
+
+@dataclass(frozen=True)
+class Call:
+    """One LibreTranslate request as the envelope keeps it: what its answer must carry back."""
+
+    route: Route = "translate"
+    form: bool = False  # fields from a form (LibreTranslate normalises line breaks in those)
+    # source "auto": each text's detected language (code, confidence 0-100), answered as
+    # "detectedLanguage"; None when the client named the source.
+    detected: tuple[tuple[str, float], ...] | None = None
+
+
+def _is_libretranslate(payload: Any) -> bool:
+    """Whether a decoded body is a LibreTranslate request: the front door's route field, or "q"."""
+    return isinstance(payload, dict) and (ROUTE_FIELD in payload or "q" in payload)
+
+
+def form_fields(item: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A LibreTranslate form's fields (the request's keys), or None when the request has a body or
+    its fields are no LibreTranslate request (such a form stays a 415)."""
+    if any(item.get(key) is not None for key in ("body", "data")):
+        return None
+    fields = {name: _text(value) for name, value in item.items()}
+    return fields if _is_libretranslate(fields) else None
+
+
+def call_of(payload: Mapping[str, Any], form: bool) -> Call:
+    """The call a LibreTranslate body makes; never raises (unwrap validates)."""
+    route: Route = "detect" if payload.get(ROUTE_FIELD) == "detect" else "translate"
+    detected = None
+    if route == "translate" and _lower(payload.get("source")) == AUTO:
+        detected = tuple(_detection(text) for text in _texts(payload.get("q")))
+    return Call(route, form, detected)
+
+
+def unwrap(call: Call, payload: Any) -> dict[str, Any]:
+    """The native request for a /translate body, checked in LibreTranslate's order and words."""
+    fields = _fields(payload)
+    q = fields.get("q")
+    for name in ("q", "source", "target"):
+        if not fields.get(name):
+            raise InvalidRequest(f"Invalid request: missing {name} parameter")
+    try:
+        alternatives = max(0, int(fields.get("alternatives") or 0))
+    except (TypeError, ValueError):
+        raise InvalidRequest("Invalid request: alternatives parameter is not a number") from None
+    if call.form and isinstance(q, str):
+        q = "\n".join(q.splitlines())  # as LibreTranslate does for forms (RFC 2046 line breaks)
+    source, target = _language(fields["source"]), _language(fields["target"])
+    text_format = fields.get("format") or "text"
+    if text_format not in FORMATS:
+        raise InvalidRequest(f"{text_format} format is not supported")
+    if target.code not in source.targets:
+        raise InvalidRequest(
+            f"{target.name} ({target.code}) is not available as a target language from "
+            f"{source.name} ({source.code})"
+        )
+    native: dict[str, Any] = {"text": q, "format": text_format}
+    if alternatives:
+        native["alternatives"] = alternatives
+    return native
+
+
+def wrap(call: Call, body: Mapping[str, Any]) -> dict[str, Any]:
+    """A native success body in LibreTranslate's shape; our other fields (the stand-in notice above
+    all, warnings, stats, the model's identity) travel beside it, as with v1."""
+    as_list = "translations" in body
+    answer: dict[str, Any] = {"translatedText": body["translations"] if as_list else body["translation"]}
+    if "alternatives" in body:
+        answer["alternatives"] = body["alternatives"]
+    if call.detected is not None:
+        detected = [_detected_language(reading) for reading in call.detected]
+        answer["detectedLanguage"] = detected if as_list else detected[0]
+    taken = (*answer, "translation", "translations")
+    return {**answer, **{key: value for key, value in body.items() if key not in taken}}
+
+
+def detect_answer(payload: Any) -> list[dict[str, Any]]:
+    """POST /detect: what the script check reads in q (one text, or a list read as one), best first.
+
+    It knows Chinese, Japanese and Korean; anything else is LibreTranslate's "nothing recognised"."""
+    q = _fields(payload).get("q")
+    if not q:
+        raise InvalidRequest("Invalid request: missing q parameter")
+    texts = _texts(q)
+    if not texts:
+        raise InvalidRequest("Invalid request: q must be a text or a list of texts")
+    return [_detected_language(_detection("\n".join(texts)))]
+
+
+def error_status(status: int) -> int:
+    """LibreTranslate answers every invalid request with 400: over a limit, an unsupported language."""
+    return 400 if status in (413, 415, 422) else status
+
+
+def languages_body() -> list[dict[str, Any]]:
+    return [{"code": lang.code, "name": lang.name, "targets": list(lang.targets)} for lang in LANGUAGES]
+
+
+def _fields(payload: Any) -> Mapping[str, Any]:
+    if not isinstance(payload, dict):
+        raise InvalidRequest("Invalid JSON format")
+    return payload
+
+
+def _language(value: Any) -> Language:
+    code = ALIASES.get(_lower(value), _lower(value)).lower()
+    if code == AUTO:
+        return LANGUAGES[1]  # what we translate from; "detectedLanguage" says what was read
+    found = next((lang for lang in LANGUAGES if lang.code.lower() == code), None)
+    if found is None:
+        raise InvalidRequest(f"{value} is not supported"[:200])
+    return found
+
+
+def _detection(text: str) -> tuple[str, float]:
+    reading = read_script(text)
+    if reading.language is None:
+        return str(NOTHING_RECOGNISED["language"]), 0.0
+    return DETECTED_CODES[reading.language], round(100 * reading.share, 1)
+
+
+def _detected_language(reading: tuple[str, float]) -> dict[str, Any]:
+    return {"confidence": reading[1], "language": reading[0]}
+
+
+def _texts(q: Any) -> list[str]:
+    if isinstance(q, str):
+        return [q]
+    if isinstance(q, list) and all(isinstance(text, str) for text in q):
+        return q
+    return []
+
+
+def _lower(value: Any) -> str:
+    return value.lower() if isinstance(value, str) else json.dumps(value)
+
+
+def _text(value: Any) -> Any:
+    # Form fields and query parameters reach the handler as bytes; Flask decodes forms leniently too.
+    return value.decode("utf-8", errors="replace") if isinstance(value, (bytes, bytearray)) else value

@@ -1,0 +1,209 @@
+"""LibreTranslate's envelope: its bodies and forms in, its answers, errors and statuses out.
+
+The front door (deploy/nginx/libretranslate.conf) hands the handler LibreTranslate requests as JSON
+or as a multipart form whose fields TorchServe passes as separate keys (bytes), with the route in
+the field "libretranslate"; tests/e2e/test_libretranslate.py drives the whole path.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from handlers.handler_config import HandlerConfig
+from handlers.wire import libretranslate
+from handlers.wire.errors import InvalidRequest
+from handlers.wire.libretranslate import Call
+from handlers.wire.parsing import parse_request, read_body
+from handlers.wire.protocols import Envelope, answer_at_once, detect, error_body, error_status, wrap_response
+from handlers.zh_en_handler import TranslationHandler
+from tests.handler_context import make_context
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = HandlerConfig(max_texts_per_request=3, max_chars_per_text=20, max_new_tokens=50)
+TRANSLATE = Envelope("libretranslate", libretranslate=Call("translate"))
+IDENTITY = {"model": "zh_en", "version": "1.0-int8", "variant": "int8", "decoder": "fast", "standin": False}
+
+
+def lt(**fields: Any) -> dict[str, Any]:
+    return {"q": "你好", "source": "zh", "target": "en", **fields}
+
+
+def form_item(route: str | None = "translate", **fields: str) -> dict[str, Any]:
+    """A request as TorchServe hands over a form the front door passed on: one bytes value per key."""
+    item: dict[str, Any] = {name: value.encode() for name, value in fields.items()}
+    if route is not None:
+        item["libretranslate"] = route.encode()
+    return item
+
+
+def test_the_body_or_the_front_door_names_libretranslate() -> None:
+    assert detect(lt()) == TRANSLATE  # a JSON body with "q", on any route
+    assert detect(lt(libretranslate="translate")) == TRANSLATE
+    detecting = Envelope("libretranslate", libretranslate=Call("detect"))
+    assert detect({"q": "你好", "libretranslate": "detect"}) == detecting
+    # The front door's route field wins over what else the body holds.
+    assert detect({"inputs": [], "libretranslate": "detect"}) == detecting
+    assert detect({"text": "你好"}).name == "native"
+    envelope, fields = read_body(form_item(q="你好", source="zh", target="en"))
+    assert envelope == Envelope("libretranslate", libretranslate=Call("translate", form=True))
+    assert fields == {"q": "你好", "source": "zh", "target": "en", "libretranslate": "translate"}
+    assert read_body(form_item(None, q="你好"))[0].name == "libretranslate"  # a form with q, straight in
+    envelope, payload = read_body({"body": json.dumps(lt(libretranslate="translate")).encode()})
+    assert envelope == TRANSLATE and payload == lt(libretranslate="translate")
+
+
+def test_a_form_that_is_not_libretranslate_is_still_a_415() -> None:
+    # curl -d 'text' without a content type sends a form whose only field is named by the text.
+    with pytest.raises(InvalidRequest) as caught:
+        read_body({"你好": b""})
+    assert caught.value.status == 415
+
+
+@pytest.mark.parametrize(
+    ("fields", "native"),
+    [
+        (lt(), {"text": "你好", "format": "text"}),
+        (lt(q=["一", "二"], format="html"), {"text": ["一", "二"], "format": "html"}),
+        (lt(source="zh-Hans", target="EN"), {"text": "你好", "format": "text"}),
+        (lt(source="zt"), {"text": "你好", "format": "text"}),
+        (lt(source="ZH-hant"), {"text": "你好", "format": "text"}),
+        (lt(source="auto"), {"text": "你好", "format": "text"}),
+        (lt(alternatives=2), {"text": "你好", "format": "text", "alternatives": 2}),
+        (lt(alternatives="3"), {"text": "你好", "format": "text", "alternatives": 3}),
+        (lt(alternatives=-4), {"text": "你好", "format": "text"}),  # LibreTranslate: max(0, n)
+        (lt(format="", api_key="k", extra=1), {"text": "你好", "format": "text"}),  # ignored, as there
+    ],
+)
+def test_translate_unwraps_to_the_native_request(fields: dict[str, Any], native: dict[str, Any]) -> None:
+    assert libretranslate.unwrap(Call(), fields) == native
+
+
+def test_a_form_gets_its_line_breaks_normalised_as_libretranslate_does() -> None:
+    envelope, fields = read_body(form_item(q="一。\r\n二。\r三。\n", source="zh", target="en"))
+    assert parse_request(envelope, fields, CONFIG).texts == ("一。\n二。\n三。",)
+    assert libretranslate.unwrap(Call(), lt(q="一。\r\n二。"))["text"] == "一。\r\n二。"  # JSON: as sent
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"source": "zh", "target": "en"}, "Invalid request: missing q parameter"),
+        (lt(q=""), "Invalid request: missing q parameter"),
+        (lt(q=[]), "Invalid request: missing q parameter"),
+        (lt(source=None), "Invalid request: missing source parameter"),
+        ({"q": "你好", "source": "zh"}, "Invalid request: missing target parameter"),
+        (lt(alternatives="two"), "Invalid request: alternatives parameter is not a number"),
+        (lt(source="fr"), "fr is not supported"),
+        (lt(target="de"), "de is not supported"),
+        (lt(format="markdown"), "markdown format is not supported"),
+        (lt(target="zh"), "Chinese (zh-Hans) is not available as a target language from Chinese (zh-Hans)"),
+        (lt(source="en"), "English (en) is not available as a target language from English (en)"),
+        (["你好"], "Invalid JSON format"),
+    ],
+)
+def test_translate_refuses_in_libretranslate_words(fields: Any, message: str) -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        parse_request(TRANSLATE, fields, CONFIG)
+    assert caught.value.status == 400 and caught.value.message == message
+
+
+def test_native_limits_apply_and_answer_400_as_libretranslate_does() -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        parse_request(TRANSLATE, lt(q=["一", "二", "三", "四"]), CONFIG)
+    assert caught.value.status == 413 and "max_texts_per_request (3)" in caught.value.message
+    assert error_status(TRANSLATE, 413) == error_status(TRANSLATE, 422) == 400
+    assert error_status(TRANSLATE, 503) == 503 and error_status(Envelope("v2"), 413) == 413
+    assert error_body(TRANSLATE, 400, "bad") == {"error": "bad"}
+
+
+def test_answers_in_libretranslate_shape() -> None:
+    one = {"translation": "Hello.", "warnings": [], **IDENTITY}
+    assert wrap_response(TRANSLATE, one) == {"translatedText": "Hello.", "warnings": [], **IDENTITY}
+    several = {"translations": ["One.", "Two."], "alternatives": [["1."], []], **IDENTITY}
+    assert wrap_response(TRANSLATE, several) == {
+        "translatedText": ["One.", "Two."],
+        "alternatives": [["1."], []],
+        **IDENTITY,
+    }
+
+
+def test_source_auto_answers_what_the_script_check_read() -> None:
+    envelope = detect(lt(q=["你好", "Hello", "你好 world"], source="auto"))
+    assert envelope.libretranslate is not None
+    assert envelope.libretranslate.detected == (("zh-Hans", 100.0), ("en", 0.0), ("zh-Hans", 28.6))
+    body = wrap_response(envelope, {"translations": ["Hi", "Hello", "Hi world"]})
+    assert body["detectedLanguage"][0] == {"confidence": 100.0, "language": "zh-Hans"}
+    assert body["detectedLanguage"][1] == libretranslate.NOTHING_RECOGNISED
+    single = detect(lt(source="Auto"))
+    assert wrap_response(single, {"translation": "Hi"})["detectedLanguage"] == {
+        "confidence": 100.0,
+        "language": "zh-Hans",
+    }
+    assert "detectedLanguage" not in wrap_response(TRANSLATE, {"translation": "Hi"})
+
+
+@pytest.mark.parametrize(
+    ("q", "language"),
+    [
+        ("我喜欢吃寿司。", "zh-Hans"),
+        ("東京是日本的首都。", "zh-Hans"),  # kanji only: the script check reads Chinese, as it translates
+        ("私は寿司を食べるのが好きです。", "ja"),
+        ("안녕하세요, 만나서 반갑습니다.", "ko"),
+        ("Hello, world!", "en"),  # nothing recognised: LibreTranslate's answer, confidence 0
+        (["你好。", "谢谢！"], "zh-Hans"),
+    ],
+)
+def test_detect_answers_the_script_check(q: Any, language: str) -> None:
+    (best,) = libretranslate.detect_answer({"q": q})
+    assert best["language"] == language
+    assert (best["confidence"] == 0.0) == (language == "en")
+
+
+def test_detect_needs_q() -> None:
+    envelope = Envelope("libretranslate", libretranslate=Call("detect", form=True))
+    for payload in ({}, {"q": ""}, {"q": [1]}):
+        with pytest.raises(InvalidRequest) as caught:
+            answer_at_once(envelope, payload)
+        assert caught.value.status == 400 and "q" in caught.value.message
+    assert answer_at_once(TRANSLATE, lt()) is None
+
+
+def test_the_front_door_serves_the_languages_the_handler_knows() -> None:
+    conf = (REPO / "deploy" / "nginx" / "libretranslate.conf").read_text()
+    served = re.search(r"location = /languages \{.*?return 200 '(.*?)\\n';", conf, re.DOTALL)
+    assert served is not None
+    assert json.loads(served.group(1)) == libretranslate.languages_body()
+
+
+def test_a_batch_answers_libretranslate_beside_the_other_protocols(
+    handler: TranslationHandler, tiny_model_dir: Path
+) -> None:
+    batch: list[dict[str, Any]] = [
+        {"body": lt(q=["你好。", "谢谢！"], libretranslate="translate")},
+        form_item(q="你好。", source="auto", target="en"),
+        form_item("detect", q="你好。"),
+        {"body": {"text": "你好。"}},
+        form_item(q="你好。", source="zh", target="fr"),
+        form_item(q="ありがとうございます。", source="zh", target="en"),  # Japanese: the planner's 422
+        {"body": lt(q=["一"] * 17, libretranslate="translate")},  # over max_texts_per_request
+        form_item("detect"),
+    ]
+    context = make_context(tiny_model_dir, "int8", len(batch))
+    responses = handler.handle(batch, context)
+    statuses = [context.get_response_status(i)[0] for i in range(len(batch))]
+    assert statuses == [200, 200, 200, 200, 400, 400, 400, 400]
+    assert len(responses[0]["translatedText"]) == 2 and responses[0]["standin"] is True
+    assert isinstance(responses[1]["translatedText"], str)
+    assert responses[1]["detectedLanguage"] == {"confidence": 100.0, "language": "zh-Hans"}
+    assert responses[2] == [{"confidence": 100.0, "language": "zh-Hans"}]
+    assert isinstance(responses[3]["translation"], str)
+    assert responses[4] == {"error": "fr is not supported"}
+    assert set(responses[5]) == {"error"} and "Japanese" in responses[5]["error"]
+    assert "max_texts_per_request" in responses[6]["error"]
+    assert responses[7] == {"error": "Invalid request: missing q parameter"}
+    json.dumps(responses)
