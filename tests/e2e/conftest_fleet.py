@@ -20,6 +20,7 @@ from serving.fleet_keys import KeyStore
 from serving.front_door import FrontDoor
 from serving.nginx_conf import FrontDoorConfig, FrontDoorPaths
 from serving.ports import free_port
+from serving.replica_set import Fleet
 
 
 @dataclass
@@ -64,6 +65,17 @@ class Stub:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+@contextmanager
+def one_replica_fleet(run_dir: Path, store: Path, door: FrontDoorConfig) -> Iterator[Fleet]:
+    """A fleet of one replica of the int8 archive behind its front door, stopped on exit."""
+    running = Fleet.create(run_dir, store, door=door)
+    running.start(1)
+    try:
+        yield running
+    finally:
+        running.stop()
 
 
 @contextmanager

@@ -25,7 +25,7 @@ from serving.fleet_keys import KeyStore
 from serving.nginx_conf import FrontDoorConfig
 from serving.ports import free_port
 from serving.replica_set import Fleet
-from tests.e2e.conftest_fleet import Stub, front_door
+from tests.e2e.conftest_fleet import Stub, front_door, one_replica_fleet
 
 pytestmark = pytest.mark.e2e
 
@@ -82,12 +82,8 @@ def fleet(tiny_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         probe_timeout_s=2,
         probe_window_s=3,
     )
-    running = Fleet.create(tmp_path_factory.mktemp("fleet"), tiny_store, door=door)
-    running.start(1)
-    try:
+    with one_replica_fleet(tmp_path_factory.mktemp("fleet"), tiny_store, door) as running:
         yield running
-    finally:
-        running.stop()
 
 
 @pytest.fixture
