@@ -110,6 +110,18 @@ class SteadyLoad:
         with self._lock:
             self.outcomes.append(outcome)
 
+    def wait_for_answers(self, count: int, since: float, timeout: float = 120.0) -> None:
+        """Block until `count` requests started at or after `since` (monotonic) were answered."""
+        deadline = time.monotonic() + timeout
+        while self.answered_since(since) < count:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.answered_since(since)} of {count} answers within {timeout:.0f} s")
+            time.sleep(0.05)
+
+    def answered_since(self, since: float) -> int:
+        with self._lock:
+            return sum(1 for o in self.outcomes if o.error is None and o.started >= since)
+
     # Summaries
     def failures(self) -> list[Outcome]:
         return [outcome for outcome in self.outcomes if outcome.error is not None]

@@ -31,11 +31,22 @@ pytestmark = pytest.mark.soak
 QUICK = {"num_beams": 1, "max_new_tokens": 12}
 CONCURRENCY = 4
 SETTLE = 1.0
+# The Makefile's install stamps (its RUNTIME and DEV targets): `make -o` on any other name is a no-op.
+VENV_STAMPS = (".venv/.runtime", ".venv/.dev")
 
 
 def make(*args: str) -> None:
     # -o: the venv running these tests is the one to use; never reinstall it from inside a test.
-    subprocess.run(["make", "-o", ".venv/.installed", *args], cwd=REPO_ROOT, check=True, capture_output=True)
+    keep = [flag for stamp in VENV_STAMPS for flag in ("-o", stamp)]
+    subprocess.run(["make", *keep, *args], cwd=REPO_ROOT, check=True, capture_output=True)
+
+
+def test_make_never_reinstalls_the_venv_under_these_tests() -> None:
+    keep = [flag for stamp in VENV_STAMPS for flag in ("-o", stamp)]
+    planned = subprocess.run(
+        ["make", "-n", "-B", *keep, "fleet", "MODEL=tiny"], cwd=REPO_ROOT, capture_output=True, text=True
+    )
+    assert planned.returncode == 0 and "pip install" not in planned.stdout, planned.stdout
 
 
 @pytest.fixture(scope="module")

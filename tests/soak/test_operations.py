@@ -1,6 +1,6 @@
 """Operations under load on a real server (tiny stand-in): swaps, a killed worker, a full queue, a timeout.
 
-Minutes, not seconds: marked `soak` (`make soak` runs only these; `make test` runs them too).
+Minutes, not seconds: marked `soak`, run by `make soak` (and CI), not by `make test`.
 """
 
 from __future__ import annotations
@@ -64,9 +64,9 @@ def test_a_killed_worker_is_replaced_and_only_its_requests_fail(
 ) -> None:
     concurrency = 4
     with steady(fresh_server, concurrency) as load:
-        time.sleep(2.0)
+        load.wait_for_answers(2 * concurrency, since=0.0)  # the load is running before the kill
         report = kill_worker_under_load(fresh_server, workers_of(scheduler))
-        time.sleep(2.0)
+        load.wait_for_answers(2 * concurrency, since=time.monotonic())  # and answered after it
     summary = summarize(load)
     assert not process_alive(report["killed_pid"])
     assert report["all_ready_after_s"] < 120
