@@ -14,6 +14,8 @@ from typing import Any
 
 import requests
 
+from serving.unix_http import mount
+
 MODEL_NAME = "zh_en"
 
 
@@ -40,7 +42,8 @@ class TorchServeClient:
         self.endpoints = endpoints
         self.key_file = key_file
         self.timeout = timeout
-        self.session = requests.Session()
+        # http+unix:// URLs too: a fleet replica's management API is a unix socket (serving.unix_http).
+        self.session = mount(requests.Session())
 
     def _headers(self, kind: str, extra: dict[str, str] | None = None) -> dict[str, str]:
         key = read_key(self.key_file, kind)

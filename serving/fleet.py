@@ -68,8 +68,8 @@ def status(fleet: Fleet) -> None:
             ready = f"default {version}, {server.client.ready_workers(version)} READY workers"
         except (requests.RequestException, ServerError) as error:
             ready = f"down ({type(error).__name__})"
-        ports = server.ports
-        print(f"  {name}: inference :{ports.inference}, management :{ports.management}, {ready}")
+        management = server.management_socket or f":{server.ports.management}"
+        print(f"  {name}: inference :{server.ports.inference}, management {management}, {ready}")
 
 
 def keys(args: argparse.Namespace) -> None:

@@ -2,8 +2,10 @@
 
 Each replica is a whole TorchServe (frontend and workers) with its own free ports and working
 directory under `<dir>/replicas/<name>`, started from config/config.replica.properties: loopback
-only, token auth off, because auth lives at the front door. `<dir>/fleet.json` records what runs,
-so a later command (`make fleet-stop`, `keys add`, `roll`) finds it again.
+only, token auth off, because auth lives at the front door. Its management API is a unix socket in
+the replica's 0700 socket directory (`TorchServe.management_socket`), so only this user, the
+supervisor's, can reach it. `<dir>/fleet.json` records what runs, so a later command
+(`make fleet-stop`, `keys add`, `roll`) finds it again.
 """
 
 from __future__ import annotations

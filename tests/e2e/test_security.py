@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import re
 import shutil
+import signal
+import stat
 import time
 from pathlib import Path
 
@@ -14,7 +17,11 @@ import pytest
 import requests
 
 from serving.client import ServerError
-from serving.torchserve import PRODUCTION_CONFIG, TorchServe
+from serving.processes import wait_gone
+from serving.replica_set import REPLICA_CONFIG
+from serving.torchserve import MANAGEMENT_SOCKET, PRODUCTION_CONFIG, REPO_ROOT, TorchServe
+
+KUBERNETES_CONFIG = REPO_ROOT / "config" / "config.kubernetes.properties"
 
 pytestmark = pytest.mark.e2e
 
@@ -31,7 +38,33 @@ def test_production_config_states_the_secure_defaults() -> None:
     for key in ("grpc_inference_address", "grpc_management_address"):
         assert settings[key] == "127.0.0.1", key
     assert settings["enable_envvars_config"] == "false"
-    assert "http" not in settings["allowed_urls"]
+
+
+# What a register call could name: remote archives, local files, and paths that look like the store.
+URLS_TO_REFUSE = (
+    "http://127.0.0.1:9/zh_en_fp32.mar",
+    "https://example.com/zh_en_fp32.mar",
+    "HTTPS://EXAMPLE.COM/x.mar",
+    "file:///etc/passwd",
+    "file:///srv/zh_en/model_store/zh_en_fp32.mar",
+    "s3://bucket/zh_en_fp32.mar",
+    "ftp://example.com/zh_en_fp32.mar",
+    "zh_en_fp32.mar",
+)
+
+
+@pytest.mark.parametrize(
+    "config", [PRODUCTION_CONFIG, REPLICA_CONFIG, KUBERNETES_CONFIG], ids=lambda p: p.name
+)
+def test_allowed_urls_matches_no_url_at_all(config: Path) -> None:
+    """TorchServe registers a URL only if one of the comma-separated patterns matches it whole,
+    ignoring case (ModelArchive: Pattern.CASE_INSENSITIVE, matches()); `.*` or `https?://.*`
+    would pass a check for the word "http"."""
+    found = re.search(r"^allowed_urls=(.*)$", config.read_text(), flags=re.MULTILINE)
+    assert found is not None, f"{config.name} must state allowed_urls (its default admits every URL)"
+    patterns = [re.compile(pattern, re.IGNORECASE) for pattern in found.group(1).split(",")]
+    for url in URLS_TO_REFUSE:
+        assert not [p.pattern for p in patterns if p.fullmatch(url)], url
 
 
 def test_requests_without_or_with_a_wrong_token_are_rejected(server: TorchServe) -> None:
@@ -115,3 +148,31 @@ def test_oversized_body_is_refused_before_the_model(server: TorchServe) -> None:
     # Netty refuses it while reading: TorchServe's frontend sends a bare 413, no JSON and no worker involved.
     assert response.status_code == 413
     assert server.client.translate("你好").status_code == 200
+
+
+def test_a_replica_management_api_is_a_private_unix_socket(tiny_store: Path, tmp_path: Path) -> None:
+    """No token on a replica (auth is at the front door): its management API must be on no port."""
+    replica = TorchServe(tiny_store, tmp_path / "r1", models=(), base_config=REPLICA_CONFIG)
+    socket = replica.socket_dir / MANAGEMENT_SOCKET
+    try:
+        replica.start(timeout=120)
+        assert socket.is_socket() and replica.management_socket == socket
+        assert stat.S_IMODE(replica.socket_dir.stat().st_mode) == 0o700
+        assert replica.client.models() == []  # no key, over the socket
+        java = replica.java_pid()
+        assert java is not None
+        ports = replica.ports
+        expected = {ports.inference, ports.metrics, ports.grpc_inference, ports.grpc_management}
+        deadline = time.monotonic() + 30
+        while not expected <= set(listening := listening_ports(java)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert set(listening) == expected  # the management port is not among them
+        # A killed replica leaves its socket file behind; starting again must not trip over it.
+        os.kill(java, signal.SIGKILL)
+        assert wait_gone([java], timeout=60) == []
+        assert socket.exists()
+        replica.start(timeout=120)
+        assert replica.client.models() == []
+    finally:
+        replica.stop()
+    assert not replica.socket_dir.exists()
