@@ -26,10 +26,12 @@ from handlers.handler_config import HandlerConfig
 from handlers.model.translator import STANDIN_MARKER
 
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
+# Finished studies' frozen results, and where `make layout` (bench.studies.layout) writes its own.
+STUDIES_RESULTS_DIR = REPO_ROOT / "bench" / "studies" / "results"
 MODELS_DIR = REPO_ROOT / "build" / "models"
 DEFAULT_MODEL = "Helsinki-NLP/opus-mt-zh-en"
-# Every server benchmark but bench.cache_load runs cold: a sentence cache would answer the repeats
-# in its inputs (Locust draws with replacement, warm-ups resend measured bodies) without the model.
+# Every server benchmark runs cold: a sentence cache would answer the repeats in its inputs (Locust
+# draws with replacement, warm-ups resend measured bodies) without the model.
 CACHE_OFF: dict[str, Any] = {"sentence_cache_entries": 0}
 
 SCHEDULERS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {

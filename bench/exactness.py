@@ -166,7 +166,9 @@ def changes(alone: Sequence[list[Any]], batched: Sequence[list[Any]]) -> int:
 
 
 def first_difference(ours: list[int], theirs: list[int]) -> int:
-    return next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), len(ours))
+    """The first step where the rows differ; where one is a prefix of the other, where it ends."""
+    shorter = min(len(ours), len(theirs))
+    return next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), shorter)
 
 
 def _say_every_50(label: str, index: int, count: int, status: str, started: float) -> None:

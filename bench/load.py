@@ -10,8 +10,8 @@ min/max_new_tokens, so the decode work matches the real model's. Bounded by --du
 --max-requests); refuses any host but this machine.
 
 Sentences are drawn with replacement, so a server with its sentence cache on answers the repeats
-without the model: bench.run_all and bench.layout serve archives packed with it off
-(bench.common.archive_with); bench.cache_load measures the cache itself.
+without the model: bench.run_all and bench.studies.layout serve archives packed with it off
+(bench.common.archive_with).
 """
 
 from __future__ import annotations

@@ -92,32 +92,3 @@ if DOCUMENT_USERS := int(os.environ.get("ZH_EN_DOCUMENT_USERS", "0")):
                 tokens = round(sum(s["tokens"] for s in picked) / len(picked))
                 body["min_new_tokens"] = body["max_new_tokens"] = tokens
             _post(self, body, ("translation",), name="document")
-
-
-# bench.cache_load: requests in a fixed order (unique sentences, or Zipf repeats), adding up what
-# the responses say the sentence cache answered. Defined only when that scenario runs (and named
-# on its command line), so bench.load's runs never pick it up.
-if STREAM_FILE := os.environ.get("ZH_EN_STREAM"):
-    STREAM: dict[str, Any] = json.loads(Path(STREAM_FILE).read_text())  # {"bodies": [...], "order": [...]}
-    STREAM_COUNTS = {"sent": 0, "answered": 0, "sentences": 0, "translated": 0, "cached": 0}
-
-    @events.quitting.add_listener  # type: ignore[untyped-decorator]
-    def _write_stream_counts(**_: Any) -> None:
-        Path(os.environ["ZH_EN_STREAM_COUNTS"]).write_text(json.dumps(STREAM_COUNTS))
-
-    class StreamTranslator(FastHttpUser):  # type: ignore[misc]
-        wait_time = constant(0)
-
-        @task  # type: ignore[untyped-decorator]
-        def translate(self) -> None:
-            index = STREAM_COUNTS["sent"]
-            if index >= len(STREAM["order"]):  # the stream is spent: the run ends, bounded
-                self.environment.runner.quit()
-                return
-            STREAM_COUNTS["sent"] += 1
-            body = STREAM["bodies"][STREAM["order"][index]]
-            answer = _post(self, body, ("translation", "stats"))
-            if answer is not None:
-                STREAM_COUNTS["answered"] += 1
-                for key in ("sentences", "translated", "cached"):
-                    STREAM_COUNTS[key] += int(answer["stats"].get(key, 0))

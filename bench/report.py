@@ -19,21 +19,24 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 
-from bench.cache_load import markdown as cache_load_markdown
 from bench.cli import BenchCli
 from bench.exactness import markdown as exactness_markdown
 from bench.ladder_targets import markdown as latency_markdown
 from bench.signature import command_of
 
 STANDIN_LABEL = "offline stand-in (random weights, reference-length outputs)"
+# Not rerun by `make bench`: what each measured and found, with its frozen result files.
+STUDIES = (
+    "Sentence splitters, int8 kernels, the row budget curve, the worker layout (`make layout`), the "
+    "sentence cache under load and one article-sized request: what each found, its frozen results and "
+    "the doc that cites it are in [bench/studies/README.md](../studies/README.md)."
+)
 # Result files measured before results were signed carry no command: for them the report prints
 # what it printed before, hard-coded here. A signed result prints its own command line.
 LEGACY_COMMANDS = {
     "latency": "python -m bench.latency --sentences 32 --beams 1 4 --http",
     "load": "python -m bench.load --users N --spawn-rate N --duration 30s --num-beams B",
-    "row_budget": "python -m bench.row_budget",
     "exactness": "python -m bench.exactness",
-    "int8_kernels": "python -m bench.int8_kernels",  # its older files name theirs: only a last resort
     "faults": "python -m bench.faults",
     "faults-step": "python -m bench.faults --scheduler step",
 }
@@ -217,22 +220,6 @@ def write_readme(results: dict[str, dict[str, Any]], plots: list[Path], out: Pat
                 "",
                 *comparison,
             ]
-    if "row_budget" in results:
-        curves = results["row_budget"]["curves"]
-        command = commands([results["row_budget"]], LEGACY_COMMANDS["row_budget"])
-        parts += [
-            "",
-            f"## Row budget ({results['row_budget']['date']}, {command})",
-            "",
-            f"One batch of {results['row_budget']['sentences']} sentences through `translate_batch`, int8, "
-            "1 thread; sentences/s by `max_batch_rows`:",
-            "",
-            *(
-                f"- {decode_name(int(beams))}: "
-                + ", ".join(f"{r['max_batch_rows']} rows {r['sentences_per_s']}" for r in rows)
-                for beams, rows in curves.items()
-            ),
-        ]
     if "exactness" in results:
         exact = results["exactness"]
         parts += [
@@ -242,22 +229,6 @@ def write_readme(results: dict[str, dict[str, Any]], plots: list[Path], out: Pat
             "",
             exactness_markdown(exact),
         ]
-    if "int8_kernels" in results:
-        kernels = results["int8_kernels"]
-        parts += [
-            "",
-            f"## int8 kernels ({kernels['date']}, {commands([kernels], LEGACY_COMMANDS['int8_kernels'])})",
-            "",
-            f"One Linear per shape of the model, {kernels['unit']}; per_row is the one served "
-            f"(batch invariant: {'yes' if kernels['per_row_batch_invariant'] else 'NO'}).",
-            "",
-            kernels["table"],
-        ]
-    if "layout" in results:
-        parts += ["", f"## Worker layout ({results['layout']['date']}): [layout.md](layout.md)"]
-    if "cache_load" in results:
-        parts += ["", "## Sentence cache under load (unique sentences against Zipf repeats)", ""]
-        parts.append(cache_load_markdown(results["cache_load"]).rstrip())
     for name in ("faults", "faults-step"):
         if name not in results:
             continue
@@ -274,6 +245,7 @@ def write_readme(results: dict[str, dict[str, Any]], plots: list[Path], out: Pat
         ]
     if "mixed" in results:
         parts += ["", f"## Schedulers ({results['mixed']['date']}): [mixed.md](mixed.md)"]
+    parts += ["", "## Finished studies", "", STUDIES]
     parts += ["", "## Plots", ""] + [f"![{plot.stem}]({plot.name})" for plot in plots]
     path = out / "README.md"
     path.write_text("\n".join(parts) + "\n")
@@ -287,9 +259,6 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"no results in {args.results_dir}: run `make bench` first")
     loads = loads_of(results)
     plots = [p for p in (plot_users(loads, args.results_dir), plot_variants(loads, args.results_dir)) if p]
-    plots += [
-        path for name in ("row_budget", "layout") if (path := args.results_dir / f"{name}.png").exists()
-    ]
     if "latency" in results:
         plots.insert(0, plot_latency(results["latency"], args.results_dir))
     path = write_readme(results, plots, args.results_dir)

@@ -1,11 +1,10 @@
-"""`make bench`: quality, the latency ladder, the int8 kernels, the row budget curve, Locust load,
-the sentence cache under load, static batching against the step scheduler (bench.mixed), then the
-report.
+"""`make bench`: quality, the latency ladder, Locust load, static batching against the step scheduler
+(bench.mixed), then the report. Finished studies (bench/studies/README.md) are not rerun here.
 
 Locust runs against one server per configuration: int8 and fp32 with the default fast decoder, and
 int8 with `decoder: generate`, so the decoders are compared under the same load in the same run.
 Each is packed from the model into a temporary store with the sentence cache off: every benchmark
-runs cold but bench.cache_load, which measures the cache.
+runs cold.
 
     python -m bench.run_all            # the full-size model (minutes)
     python -m bench.run_all --quick    # smoke run: a few sentences, short loads
@@ -23,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from archive.build import MODEL_NAME
-from bench import bleu, cache_load, int8_kernels, latency, mixed, report, row_budget
+from bench import bleu, latency, mixed, report
 from bench.cli import BenchCli, Progress
 from bench.common import CACHE_OFF, DEFAULT_MODEL, archive_with
 from bench.load import LoadSpec, run_load
@@ -34,19 +33,15 @@ from serving.torchserve import TorchServe
 class Plan:
     bleu_limit: int
     latency_args: list[str]
-    int8_kernels_args: list[str]
     # (server, num_beams, users) per Locust run; servers: int8, fp32, int8-generate
     loads: list[tuple[str, int, int]]
     duration: str
-    row_budget_args: list[str]
-    cache_load_args: list[str]
     mixed_args: list[str]
 
 
 FULL = Plan(
     bleu_limit=200,
     latency_args=["--sentences", "32", "--beams", "1", "4", "--http"],
-    int8_kernels_args=[],
     loads=[
         ("int8", 1, 10),
         ("int8", 1, 50),
@@ -58,25 +53,20 @@ FULL = Plan(
         ("int8-generate", 4, 100),
     ],
     duration="30s",
-    row_budget_args=[],
-    cache_load_args=["--users", "100", "--duration", "30s"],
     mixed_args=[],
 )
 QUICK = Plan(
     bleu_limit=16,
     latency_args=["--quick"],
-    int8_kernels_args=["--reps-scale", "0"],  # the fewest timed calls per cell (5)
     loads=[("int8", 1, 4), ("fp32", 1, 4), ("int8-generate", 1, 4)],
     duration="4s",
-    row_budget_args=["--sentences", "8", "--budgets", "4", "32", "--beams", "4"],
-    cache_load_args=["--users", "4", "--duration", "4s"],
     mixed_args=[
         *("--users", "4", "--document-users", "1", "--uniform-users", "4"),
         *("--duration", "4s", "--beams", "1", "--stream-sentences", "12"),
     ],
 )
 SERVERS = ("int8", "fp32", "int8-generate")
-STEPS = 8
+STEPS = 5
 say = Progress("run_all")
 
 
@@ -105,17 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     _step(2, "latency ladder")
     latency.main(["--model", str(model_dir), *plan.latency_args, "--results-dir", str(results)])
-    _step(3, "int8 kernels (one Linear per shape, in process)")
-    int8_kernels.main([*plan.int8_kernels_args, "--results-dir", str(results)])
-    _step(4, "row budget curve (in process)")
-    row_budget.main(["--model", str(model_dir), *plan.row_budget_args, "--results-dir", str(results)])
-    _step(5, "load (Locust)")
+    _step(3, "load (Locust)")
     run_loads(plan.loads, plan.duration, model_dir, results, cli.command)
-    _step(6, "sentence cache under load (Locust: unique sentences, then Zipf repeats)")
-    cache_load.main(["--model", str(model_dir), *plan.cache_load_args, "--results-dir", str(results)])
-    _step(7, "schedulers: static batches against the step scheduler (Locust, streaming)")
+    _step(4, "schedulers: static batches against the step scheduler (Locust, streaming)")
     mixed.main(["--model", str(model_dir), *plan.mixed_args, "--results-dir", str(results)])
-    _step(8, "report")
+    _step(5, "report")
     report.main(["--results-dir", str(results)])
     say(f"bench finished in {time.monotonic() - started:.0f}s")
     return 0
@@ -156,7 +140,7 @@ def parse_load(text: str) -> tuple[str, int, int]:
 
 def _server_archive(name: str, model_dir: Path, workdir: Path) -> tuple[Path, str]:
     """The store and archive a load server runs: the variant with the sentence cache off (cold, like
-    every benchmark but cache_load), int8-generate also with `decoder: generate` (comparison only)."""
+    every benchmark), int8-generate also with `decoder: generate` (comparison only)."""
     variant, _, decoder = name.partition("-")
     handler = {**CACHE_OFF, **({"decoder": decoder} if decoder else {})}
     say(f"building {MODEL_NAME}_{variant}.mar with {handler}")

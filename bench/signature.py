@@ -21,7 +21,7 @@ from archive.tatoeba import REPO_ROOT
 
 # Results are what the benches write, not the code that wrote them: the first result of a run must
 # not make every later one "-dirty".
-RESULTS_PATHSPEC = ":(exclude)bench/results"
+RESULTS_PATHSPECS = (":(exclude)bench/results", ":(exclude)bench/studies/results")
 
 
 class Signature(TypedDict):
@@ -62,7 +62,7 @@ def git_commit(repo: Path = REPO_ROOT) -> str:
     """HEAD's short hash, with "-dirty" when the code differs from it; "unknown" without git or a clone."""
     try:
         head = _git(repo, "rev-parse", "--short", "HEAD")
-        changes = _git(repo, "status", "--porcelain", "--", ".", RESULTS_PATHSPEC)
+        changes = _git(repo, "status", "--porcelain", "--", ".", *RESULTS_PATHSPECS)
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return f"{head}-dirty" if changes else head

@@ -10,7 +10,7 @@ import pytest
 from bench import bleu
 from serving.torchserve import TorchServe
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.bench_check]  # `make bench-check`
 
 
 def test_bleu_through_the_endpoint(server: TorchServe, tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""`python -m bench.layout --quick` end to end on the tiny stand-in: every point is built, served by a
+"""`python -m bench.studies.layout --quick` end to end on the tiny stand-in: every point is built, served by a
 real TorchServe and loaded by Locust; the table, the winner and the files come out."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench import layout
+from bench.studies import layout
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.bench_check]  # `make bench-check`
 
 
 def test_quick_layout_sweep_measures_every_point_and_names_a_winner(

@@ -12,8 +12,8 @@ import time
 import pytest
 import requests
 
-from bench.article import URLS, article
 from serving.torchserve import TorchServe
+from tests.e2e.article_text import URLS, article
 
 pytestmark = pytest.mark.e2e
 

@@ -24,22 +24,17 @@ from bench.signature import Signature, command_of, git_commit, invoked_command, 
 # Every `python -m bench.<name>` and the shared flags it has: --model's default (None: no --model),
 # --strict, --results-dir. These are the flags the Makefile, docs and tests call them with.
 COMMANDS: dict[str, tuple[str | None, bool, bool]] = {
-    "article": (DEFAULT_MODEL, False, True),
     "bleu": (None, False, True),  # --model is one of its exclusive sources, without a default
-    "cache_load": (DEFAULT_MODEL, False, True),
     "exactness": ("synthetic", False, True),
     "faults": (DEFAULT_MODEL, False, False),
     "fleet_faults": (None, False, False),
-    "int8_kernels": (None, False, True),
     "latency": (DEFAULT_MODEL, False, True),
-    "layout": (DEFAULT_MODEL, True, True),
     "load": (None, False, True),
     "mixed": ("synthetic", False, True),
     "profile": ("synthetic", False, True),
     "report": (None, False, True),
-    "row_budget": ("synthetic", False, True),
     "run_all": (DEFAULT_MODEL, False, True),
-    "splitters": (None, False, True),
+    "studies.layout": (DEFAULT_MODEL, True, True),  # `make layout`
 }
 COMMIT = re.compile(r"^([0-9a-f]{4,40}(-dirty)?|unknown)$")
 
@@ -120,12 +115,14 @@ def test_commit_is_dirty_on_code_changes_but_not_on_results(tmp_path: Path) -> N
 
     git("init", "-q")
     (tmp_path / "bench" / "results").mkdir(parents=True)
+    (tmp_path / "bench" / "studies" / "results").mkdir(parents=True)
     (tmp_path / "code.py").write_text("x = 1\n")
     git("add", ".")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "first")
     clean = git_commit(tmp_path)
     assert re.fullmatch(r"[0-9a-f]{4,40}", clean)
     (tmp_path / "bench" / "results" / "latency.json").write_text("{}")
+    (tmp_path / "bench" / "studies" / "results" / "layout.json").write_text("{}")  # `make layout`
     assert git_commit(tmp_path) == clean
     (tmp_path / "code.py").write_text("x = 2\n")
     assert git_commit(tmp_path) == f"{clean}-dirty"
@@ -154,9 +151,9 @@ def test_write_result_signs_with_this_process_when_no_command_is_given(tmp_path:
 
 def test_reports_read_the_signature_and_fall_back_for_older_files() -> None:
     signed = {"signature": {"command": "python -m bench.load --users 4", "machine": {"cpu": "new"}}}
-    older = {"command": "python -m bench.int8_kernels ", "machine": {"cpu": "old"}}
+    older = {"command": "python -m bench.exactness ", "machine": {"cpu": "old"}}
     assert command_of(signed, "legacy") == "python -m bench.load --users 4"
-    assert command_of(older, "legacy") == "python -m bench.int8_kernels"
+    assert command_of(older, "legacy") == "python -m bench.exactness"
     assert command_of({}, "python -m bench.faults") == "python -m bench.faults"
     assert report.commands([signed, signed, {}], "python -m bench.load ...") == (
         "`python -m bench.load --users 4`, `python -m bench.load ...`"
@@ -184,7 +181,7 @@ def test_every_command_answers_help_with_its_shared_flags(
     assert ("--results-dir" in text) == results_dir
 
 
-@pytest.mark.parametrize("name", ["latency", "fleet_faults"])
+@pytest.mark.parametrize("name", ["latency", "fleet_faults", "studies.layout"])
 def test_python_dash_m_help_runs(name: str) -> None:
     done = subprocess.run(
         [sys.executable, "-m", f"bench.{name}", "--help"], capture_output=True, text=True, timeout=300

@@ -1,58 +1,78 @@
-"""Smoke runs of the decoding benchmarks on the tiny stand-in: they run, write results, report figures."""
+"""bench.exactness's bookkeeping on hand-made id lists whose answers are counted by hand."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-from bench import exactness, profile, row_budget
+from bench import exactness
 
 
-def test_exactness_reports_differences_invariance_agreement_and_the_peer(
-    tiny_model_dir: Path, tmp_path: Path
-) -> None:
-    args = ["--model", str(tiny_model_dir), "--sentences", "6", "--beams", "4", "--peer-length", "8"]
-    assert exactness.main([*args, "--results-dir", str(tmp_path)]) == 0
-    result = json.loads((tmp_path / "exactness.json").read_text())
-    for run in result["runs"]:
-        assert run["sentences"] == 6 and run["differ_from_generate"] == len(run["first_difference_at_step"])
-        assert run["batch_of_16_changes"] == run["batch_of_64_changes"] == 0  # per-row int8 included
-    (agreement,) = result["int8_against_fp32"]["runs"]
-    # The figures agree with each other: all 6 identical exactly when every token agrees.
-    identical = agreement["identical_sentences"]
-    assert agreement["identical_share"] == round(identical / 6, 4)
-    assert (identical == 6) == (agreement["token_agreement"] == 1.0)
-    assert (identical == 6) == (agreement["median_first_difference_step"] is None)
-    assert "not quality" in result["int8_against_fp32"]["note"]
-    assert [p["engine"].split()[0] for p in result["peer_invariance"]] == ["CTranslate2", "ours"]
-    assert result["peer_invariance"][1]["batch_of_16_changes"] == 0
+def test_first_difference_is_the_first_step_where_two_rows_part() -> None:
+    assert exactness.first_difference([1, 2, 3], [1, 2, 4]) == 2
+    assert exactness.first_difference([5, 2, 3], [1, 2, 3]) == 0
+    # One row a prefix of the other: they part where the shorter one ends, whichever it is.
+    assert exactness.first_difference([1, 2], [1, 2, 3]) == 2
+    assert exactness.first_difference([1, 2, 3], [1, 2]) == 2
 
 
-def test_agreement_counts_equal_tokens_over_the_longer_row() -> None:
-    report = exactness.agreement([[1, 2, 3], [4, 5]], [[1, 2, 3], [4, 6, 7]], beams=1)
-    assert report["identical_sentences"] == 1 and report["token_agreement"] == round(4 / 6, 4)
-    assert report["median_first_difference_step"] == 1
+def test_changes_counts_rows_that_differ_in_any_token_or_length() -> None:
+    alone = [[1, 2], [3, 4], [5], [6, 7]]
+    assert exactness.changes(alone, [[1, 2], [3, 4], [5], [6, 7]]) == 0
+    assert exactness.changes(alone, [[1, 2], [3, 9], [5, 0], [6, 7]]) == 2
 
 
-def test_row_budget_curve_is_written_and_plotted(tiny_model_dir: Path, tmp_path: Path) -> None:
-    args = ["--model", str(tiny_model_dir), "--sentences", "8", "--budgets", "4", "16", "--beams", "4"]
-    assert row_budget.main([*args, "--results-dir", str(tmp_path)]) == 0
-    curve = json.loads((tmp_path / "row_budget.json").read_text())["curves"]["4"]
-    assert [r["max_batch_rows"] for r in curve] == [4, 16] and all(r["sentences_per_s"] > 0 for r in curve)
-    assert (tmp_path / "row_budget.png").stat().st_size > 0
+def test_agreement_counts_identical_sentences_equal_tokens_and_the_median_parting_step() -> None:
+    int8 = [[1, 2, 3], [4, 5], [7, 8], [1, 1, 1, 1]]
+    fp32 = [[1, 2, 3], [4, 6, 7], [9, 8], [1, 1, 1, 2]]
+    # Identical: only the first. Positions over the longer row of each pair: 3 + 3 + 2 + 4 = 12; equal
+    # tokens: 3 + 1 + 1 + 3 = 8. The three pairs that differ part at steps 1, 0 and 3: median 1.
+    assert exactness.agreement(int8, fp32, beams=4) == {
+        "beams": 4,
+        "sentences": 4,
+        "identical_sentences": 1,
+        "identical_share": 0.25,
+        "token_agreement": 0.6667,
+        "median_first_difference_step": 1,
+    }
 
 
-def test_profile_keeps_the_top_operators(tiny_model_dir: Path, tmp_path: Path) -> None:
-    args = ["--model", str(tiny_model_dir), "--batch", "2", "--top", "5", "--results-dir", str(tmp_path)]
-    assert profile.main(args) == 0
-    text = (tmp_path / "profile-fast-int8-beam4-batch2.txt").read_text()
-    assert "quantized::linear_dynamic" in text and "Self CPU" in text
-    assert f"# python -m bench.profile --model {tiny_model_dir} --batch 2" in text  # its signature
+def test_agreement_of_identical_runs_is_whole() -> None:
+    rows = [[1, 2, 3], [4, 5]]
+    report = exactness.agreement(rows, [list(row) for row in rows], beams=1)
+    assert (report["identical_sentences"], report["identical_share"], report["token_agreement"]) == (
+        2,
+        1.0,
+        1.0,
+    )
+    assert report["median_first_difference_step"] is None
 
 
-def test_int8_kernels_checks_the_chosen_kernel_and_tables_every_kernel() -> None:
-    from bench import int8_kernels
-
-    assert int8_kernels.per_row_invariant()
-    row = {"rows": 1, "in": 512, "out": 512, **{name: 10.0 for name in int8_kernels.KERNELS}, "per_row": 15.0}
-    assert int8_kernels.markdown([row]).splitlines()[-1].endswith("| 1.50 |")
+def test_markdown_has_a_line_per_run_agreement_and_peer() -> None:
+    result = {
+        "runs": [
+            {
+                "variant": "int8",
+                "beams": 4,
+                "sentences": 500,
+                "differ_from_generate": 2,
+                "batch_of_16_changes": 0,
+                "batch_of_64_changes": 1,
+            }
+        ],
+        "int8_against_fp32": {
+            "note": "stand-in",
+            "runs": [{"beams": 4, "sentences": 500, "identical_sentences": 413, "token_agreement": 0.847}],
+        },
+        "peer_invariance": [
+            {
+                "engine": "ours int8",
+                "beams": 4,
+                "tokens_per_sentence": 40,
+                "batch_of_16_changes": 0,
+                "sentences": 500,
+            }
+        ],
+    }
+    assert exactness.markdown(result).splitlines() == [
+        "- int8 4 beam(s): 2 of 500 differ from generate(); batches of 16 change 0, of 64 change 1",
+        "- int8 against fp32, 4 beam(s): 413 of 500 identical, token agreement 84.7% (stand-in)",
+        "- ours int8, 4 beam(s), 40 tokens: batches of 16 change 0 of 500",
+    ]

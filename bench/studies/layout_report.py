@@ -1,4 +1,4 @@
-"""bench.layout's results as people read them: the ranked table, the markdown report, the bar chart,
+"""bench.studies.layout's results as people read them: the ranked table, the markdown report, the bar chart,
 and the winner as model-config values. Works on the result dict (as written to layout.json).
 """
 
@@ -42,7 +42,7 @@ def winning_config(result: dict[str, Any]) -> str:
         "handler": {"threads": point["threads"], "max_batch_rows": point["max_batch_rows"]},
     }
     header = (
-        f"# bench.layout winner, {result['variant']}: {point_name(point)}: {load['rps']} req/s at "
+        f"# bench.studies.layout winner, {result['variant']}: {point_name(point)}: {load['rps']} req/s at "
         f"{result['users']} users ({load['decode']} decode), p50 {load['p50_ms']:.0f} ms, "
         f"p95 {load['p95_ms']:.0f} ms\n# {result['machine']['cpu']}, {result['machine']['cores']} cores, "
         f"{result['date']}{', offline stand-in' if result['standin'] else ''}\n"

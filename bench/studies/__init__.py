@@ -1,0 +1,1 @@
+"""Finished studies kept as tools users run (bench/studies/README.md): the worker layout sweep."""

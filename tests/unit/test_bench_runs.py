@@ -1,0 +1,50 @@
+"""In-process benchmark runs on the tiny stand-in (`make bench-check`): each runs whole against the
+current handler code, and what it reports holds where the answer is known."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import bleu, exactness, profile
+
+pytestmark = pytest.mark.bench_check
+
+
+def test_exactness_finds_no_difference_from_generate_and_no_batch_dependence(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    args = ["--model", str(tiny_model_dir), "--sentences", "6", "--beams", "4", "--peer-length", "8"]
+    assert exactness.main([*args, "--results-dir", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "exactness.json").read_text())
+    assert [(run["variant"], run["beams"]) for run in result["runs"]] == [("int8", 4), ("fp32", 4)]
+    for run in result["runs"]:
+        # The fast decoder gives generate()'s ids, and per-row int8 makes a batch change nothing.
+        assert (run["sentences"], run["differ_from_generate"], run["first_difference_at_step"]) == (6, 0, [])
+        assert run["batch_of_16_changes"] == run["batch_of_64_changes"] == 0
+    (agreement,) = result["int8_against_fp32"]["runs"]
+    assert agreement["sentences"] == 6 and 0 <= agreement["identical_sentences"] <= 6
+    assert "not quality" in result["int8_against_fp32"]["note"]
+    assert [p["engine"].split()[0] for p in result["peer_invariance"]] == ["CTranslate2", "ours"]
+    assert result["peer_invariance"][1]["batch_of_16_changes"] == 0
+
+
+def test_profile_keeps_the_top_operators(tiny_model_dir: Path, tmp_path: Path) -> None:
+    args = ["--model", str(tiny_model_dir), "--batch", "2", "--top", "5", "--results-dir", str(tmp_path)]
+    assert profile.main(args) == 0
+    text = (tmp_path / "profile-fast-int8-beam4-batch2.txt").read_text()
+    assert "quantized::linear_dynamic" in text and "Self CPU" in text
+    assert f"# python -m bench.profile --model {tiny_model_dir} --batch 2" in text  # its signature
+
+
+def test_bleu_in_process_on_the_tiny_standin_is_labeled_meaningless(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--model-dir", str(tiny_model_dir), "--variant", "int8", "--limit", "8", "--num-beams", "1"]
+    assert bleu.main([*args, "--results-dir", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "bleu-standin-int8.json").read_text())
+    assert result["standin"] is True and result["meaningful"] is False and result["n"] == 8
+    assert result["variant"] == "int8"
+    assert "MEANINGLESS" in capsys.readouterr().err
