@@ -16,7 +16,7 @@ help:
 	@echo "make serve   build the archives (MODEL=hub id|dir|synthetic, STRICT=1) and start TorchServe"
 	@echo "make stop    stop TorchServe"
 	@echo "make test    lint, type-check and run the whole test suite (make lint: only the first two)"
-	@echo "make bench   quality, latency ladder and load benchmarks, report with plots"
+	@echo "make bench   quality, latency ladder, load and scheduler benchmarks, report with plots"
 	@echo "make layout  measure workers x threads x batch x row budget, print the winning model config"
 	@echo "make swap TO=1.0-fp32   zero-downtime switch of the default version"
 	@echo "make fleet   REPLICAS=2 TorchServe replicas behind nginx on 127.0.0.1:8090 (MODEL=...|tiny); make fleet-stop"
@@ -89,9 +89,10 @@ bench: archives java $(DEV)
 bench-quick: archives java $(DEV)
 	$(BIN)/python -m bench.run_all --quick
 
-# One fresh TorchServe per point (its own archive from MODEL); about 13 minutes on 2 cores.
+# One fresh TorchServe per point (its own archive from MODEL); about 13 minutes on 2 cores. A finished
+# study kept as a tool (bench/studies/README.md); writes bench/studies/results/layout.{json,md,png}.
 layout: $(DEV) java
-	$(BIN)/python -m bench.layout --model $(MODEL) $(STRICT_FLAG)
+	$(BIN)/python -m bench.studies.layout --model $(MODEL) $(STRICT_FLAG)
 
 soak: $(DEV) java
 	$(BIN)/python -m pytest -m soak -v
