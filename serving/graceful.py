@@ -5,13 +5,18 @@ python -m serving.graceful [--drain-seconds 30] -- torchserve --start --foregrou
 `torchserve --foreground` ignores SIGTERM as PID 1 (the launcher has no handler, and PID 1 gets no
 default ones), so `docker stop` kills it after 10 s and a pod waits out its grace period, with the
 requests in flight failing either way. On SIGTERM or SIGINT this wrapper:
-1. writes the drain marker, so `python -m serving.health` (the HEALTHCHECK) turns unhealthy and a
-   load balancer stops sending work;
+1. writes the drain marker in the service's state directory, so `python -m serving.health` (the
+   HEALTHCHECK) turns unhealthy and a load balancer stops sending work;
 2. waits until TorchServe is idle (no request queued for any model version and no worker using
    CPU) for `--quiet-seconds`, at most `--drain-seconds`;
 3. runs `torchserve --stop`, waits for it, and exits with TorchServe's status.
 Requests that still arrive during the drain are served; those after the stop are refused.
 It also reaps orphans, the other job of a PID 1.
+
+The state directory is ZH_EN_STATE_DIR, else systemd's STATE_DIRECTORY (StateDirectory=), else
+./state: the image's /srv/zh_en/state (an emptyDir in a pod), the unit's /var/lib/zh_en. Not /tmp,
+where any local user could plant the marker (the service reports unhealthy) or a symlink in its
+place (the service would write through it).
 """
 
 from __future__ import annotations
@@ -21,7 +26,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -33,8 +37,17 @@ import requests
 from serving.client import Endpoints, ServerError, TorchServeClient
 from serving.torchserve import torchserve_binary
 
-# In the temp dir: writable on a read-only root (a pod's /tmp is an emptyDir), shared by the health check.
-DRAIN_MARKER = Path(tempfile.gettempdir()) / "zh_en.draining"
+
+def state_dir() -> Path:
+    """ZH_EN_STATE_DIR, else the first of systemd's STATE_DIRECTORY, else ./state."""
+    systemd = os.environ.get("STATE_DIRECTORY", "").split(":")[0]
+    return Path(os.environ.get("ZH_EN_STATE_DIR") or systemd or "state")
+
+
+# Shared with the health check (serving.health), which runs in the same directory with the same environment.
+DRAIN_MARKER = state_dir() / "zh_en.draining"
+# `torchserve --stop` signals the frontend and returns; a launcher stuck longer than this is given up on.
+STOP_TIMEOUT = 30.0
 # A worker below this share of one core is waiting for work (its idle loop blocks on a socket).
 IDLE_CPU_SHARE = 0.05
 
@@ -112,11 +125,17 @@ class Supervisor:
         return self.exit_code if self.exit_code is not None else 1
 
     def _stop(self, drain_seconds: float, quiet_seconds: float) -> None:
+        self.marker.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.marker.write_text("draining\n")
         log(f"stop requested: unhealthy now; draining for at most {drain_seconds:g} s")
         drained, seconds = drain(self.client, drain_seconds, quiet_seconds)
         log(f"{'drained' if drained else 'drain limit reached'} after {seconds:.1f} s; stopping TorchServe")
-        subprocess.run([torchserve_binary(), "--stop"], check=False, stdout=subprocess.DEVNULL)
+        try:
+            subprocess.run(
+                [torchserve_binary(), "--stop"], check=False, stdout=subprocess.DEVNULL, timeout=STOP_TIMEOUT
+            )
+        except subprocess.TimeoutExpired:
+            log(f"torchserve --stop did not return within {STOP_TIMEOUT:g} s; waiting for TorchServe to exit")
         deadline = time.monotonic() + 30
         while self.exit_code is None and time.monotonic() < deadline:
             self._reap()

@@ -44,6 +44,15 @@ class Clients:
             thread.start()
         return threads
 
+    def wait_answered(self, count: int, timeout: float = 120.0) -> None:
+        """Until `count` requests have ended (so every client is past its first, slow, request and
+        sending the next), at most `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while len(self.outcomes) < count:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(self.outcomes)} of {count} requests answered in {timeout:g} s")
+            time.sleep(0.05)
+
     def in_flight_at(self, moment: float) -> list[Outcome]:
         return [outcome for outcome in self.outcomes if outcome.started < moment < outcome.ended]
 

@@ -62,6 +62,12 @@ class Service:
             time.sleep(0.5)
         raise TimeoutError(self.log())
 
+    def wait_logged(self, line: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while line not in self.log():
+            assert time.monotonic() < deadline, f"no {line!r} in {timeout:g} s:\n{self.log()}"
+            time.sleep(0.1)
+
     def terminate(self, timeout: float = 90) -> int:
         assert self.process is not None
         self.process.send_signal(signal.SIGTERM)
@@ -97,7 +103,7 @@ def test_the_service_drains_on_sigterm_keeps_its_keys_and_revives_a_replica(
 
         clients = Clients(f"{service.url}/predictions/zh_en", key, resend_unanswered=True)
         threads = clients.run(4)
-        time.sleep(3)
+        clients.wait_answered(4)  # every client is sending its next request
         replica = Fleet.load(service.run_dir).server("r1")
         pids = [replica.java_pid(), *replica.worker_pids()]
         # The load balancer stops sending first (a host taken out of its pool); nginx refuses new
@@ -125,13 +131,11 @@ def test_the_service_drains_on_sigterm_keeps_its_keys_and_revives_a_replica(
         # A replica that dies is started again by the service, and the front door serves again.
         killed = Fleet.load(service.run_dir).kill_replica("r1")
         assert killed
-        time.sleep(3)
+        service.wait_logged("replica r1 is down", 30)  # the supervisor polls every 2 s
         service.wait_healthy(300)
         assert translate(service, key).status_code == 200
-        deadline = time.monotonic() + 60
-        while "replica r1 is back" not in service.log() and time.monotonic() < deadline:
-            time.sleep(0.5)  # it logs that after its reload, which can come after /healthz is 200
-        assert "replica r1 is back" in service.log()
+        # It logs this after its reload, which can come after /healthz is 200.
+        service.wait_logged("replica r1 is back", 60)
         assert service.terminate() == 0, service.log()
         print(
             f"{len(clients.outcomes)} requests, {len(in_flight)} in flight at SIGTERM, 0 failed, "

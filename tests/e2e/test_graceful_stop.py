@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import signal
+import stat
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,16 @@ from tests.e2e.stopping_clients import Clients
 pytestmark = pytest.mark.e2e
 
 
-def start_supervised(server: TorchServe, drain_seconds: float) -> subprocess.Popen[bytes]:
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
+        time.sleep(0.02)
+
+
+def start_supervised(
+    server: TorchServe, drain_seconds: float, state_dir: Path | None = None
+) -> subprocess.Popen[bytes]:
     command = [
         sys.executable, "-m", "serving.graceful",
         "--drain-seconds", str(drain_seconds),
@@ -28,7 +39,8 @@ def start_supervised(server: TorchServe, drain_seconds: float) -> subprocess.Pop
     ]  # fmt: skip
     # A file, not a pipe: TorchServe inherits it and would block on a full pipe nobody reads.
     with (server.workdir / "supervisor.log").open("w") as log:
-        supervisor = subprocess.Popen(command, cwd=server.workdir, env=server.env, stdout=log, stderr=log)
+        env = {**server.env, **({"ZH_EN_STATE_DIR": str(state_dir)} if state_dir else {})}
+        supervisor = subprocess.Popen(command, cwd=server.workdir, env=env, stdout=log, stderr=log)
     server.wait_healthy(300)
     server.client.wait_ready(server.client.default_version(), workers=2)  # /ping may come first
     return supervisor
@@ -36,17 +48,20 @@ def start_supervised(server: TorchServe, drain_seconds: float) -> subprocess.Pop
 
 def test_sigterm_finishes_requests_in_flight_then_stops(tiny_store: Path, tmp_path: Path) -> None:
     server = TorchServe(tiny_store, tmp_path / "ts")
-    supervisor = start_supervised(server, drain_seconds=30)
+    state = tmp_path / "state"  # the service's own directory (ZH_EN_STATE_DIR), never /tmp
+    supervisor = start_supervised(server, drain_seconds=30, state_dir=state)
     try:
         java, workers = server.java_pid(), server.worker_pids()
         key = read_key(server.key_file, "inference")
         clients = Clients(f"{server.client.endpoints.inference}/predictions/zh_en", key)
         threads = clients.run(6)
-        time.sleep(3)
+        clients.wait_answered(6)  # every client is sending its next request
         terminated = time.monotonic()
         supervisor.send_signal(signal.SIGTERM)
-        time.sleep(0.2)
-        marker = server.tmpdir / "zh_en.draining"  # TMPDIR is the server's tmp dir
+        marker = state / "zh_en.draining"
+        wait_until(marker.exists, 10, "the drain marker after SIGTERM")
+        assert stat.S_IMODE(state.stat().st_mode) == 0o700
+        assert not (server.tmpdir / "zh_en.draining").exists()
         assert health.main(["--key-file", str(server.key_file), "--marker", str(marker)]) == 1
         clients.stop_sending.set()  # the load balancer has seen the health check fail
         for thread in threads:
