@@ -1,9 +1,11 @@
 # zh_en on TorchServe for a CPU host. Its build step is the README's `make archives` (runtime
 # dependencies and torch's CPU build only) and its CMD the README's torchserve command; hadolint
 # lints it in `make test`, and `make image` builds it with podman (deploy/image/).
-#   docker build -t zh-en-torchserve .                       # real model from the hub
+#   docker build -t zh-en-torchserve .                       # real model from the hub, pinned commit
 #   docker build --build-arg MODEL=synthetic -t zh-en-torchserve:standin .
 #   docker run -d -p 8080:8080 --name zh_en zh-en-torchserve
+# STRICT=1 by default: a build that cannot reach the hub fails instead of packing the stand-in
+# (random weights) under the real model's name. `make image` adds OCI labels saying which it is.
 
 # Stage 1 builds .venv and both archives; only those two and the code reach the image, so the model
 # they were built from (the hub's download, or the stand-in under build/), pip's cache and make stay behind.
@@ -17,11 +19,14 @@ WORKDIR /srv/zh_en
 COPY --chown=serve:serve . .
 USER 10001
 ARG MODEL=Helsinki-NLP/opus-mt-zh-en
-ARG STRICT=0
+ARG STRICT=1
 # UNPACK=1: both archives as directories sharing one copy of the weights, served in place.
 RUN make archives MODEL=${MODEL} STRICT=${STRICT} UNPACK=1
 
 FROM python:3.11-slim
+ARG MODEL=Helsinki-NLP/opus-mt-zh-en
+# "synthetic" is the stand-in: random weights, every response says "standin": true.
+LABEL io.zh-en.model="${MODEL}"
 # Debian's own openjdk-17 security updates are wanted, so the version is not pinned.
 # hadolint ignore=DL3008
 RUN apt-get update \
@@ -44,6 +49,8 @@ HEALTHCHECK --interval=30s --timeout=25s --start-period=180s --retries=3 \
 # finish (at most ZH_EN_DRAIN_SECONDS, 30), then stops TorchServe, which ignores SIGTERM as PID 1.
 # Give `docker stop` time for that: docker stop -t 45 (or docker run --stop-timeout 45).
 ENV ZH_EN_DRAIN_SECONDS=30
+# The drain marker goes here (serving.graceful), not to /tmp: the service's own directory.
+ENV ZH_EN_STATE_DIR=/srv/zh_en/state
 ENTRYPOINT [".venv/bin/python", "-m", "serving.graceful", "--"]
 CMD [".venv/bin/torchserve", "--start", "--foreground", "--ncs", "--model-store", "model_store", \
      "--ts-config", "config/config.properties", "--models", "zh_en_int8.mar"]

@@ -1,6 +1,6 @@
 """Build model_store/zh_en_fp32.mar and zh_en_int8.mar from one model directory.
 
-    python -m archive.build --model Helsinki-NLP/opus-mt-zh-en   # hub id (default)
+    python -m archive.build --model Helsinki-NLP/opus-mt-zh-en   # hub id (default), pinned commit
     python -m archive.build --model /path/to/model_dir           # local save_pretrained dir
     python -m archive.build --model synthetic --standin-size tiny  # offline stand-in
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from archive.model_source import DEFAULT_MODEL, ModelSourceError, resolve_model_dir
+from archive.model_source import DEFAULT_MODEL, DEFAULT_REVISION, ModelSourceError, resolve_model_dir
 from archive.tatoeba import REPO_ROOT
 
 MODEL_NAME = "zh_en"
@@ -169,6 +169,11 @@ def main(argv: list[str] | None = None) -> int:
         help="hub id, local model directory, or 'synthetic' (default: %(default)s)",
     )
     parser.add_argument(
+        "--revision",
+        default=DEFAULT_REVISION,
+        help="hub commit (or tag) of a hub model (default: %(default)s, archive/hub.py)",
+    )
+    parser.add_argument(
         "--strict",
         action="store_true",
         help="fail if the hub is unreachable instead of building the offline stand-in",
@@ -196,7 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     print(f"[1/{steps}] resolving model {args.model!r} ...", flush=True)
     try:
-        model_dir = resolve_model_dir(args.model, args.work_dir, args.standin_size, args.strict)
+        model_dir = resolve_model_dir(
+            args.model, args.work_dir, args.standin_size, args.strict, revision=args.revision
+        )
     except ModelSourceError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

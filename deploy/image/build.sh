@@ -2,30 +2,35 @@
 # Builds the project's image with podman on a host with no Docker engine and no reachable registry
 # (deploy/image/base-image.sh provides podman and the python:3.11-slim base).
 #
-#   deploy/image/build.sh [SRC]            # MODEL=synthetic (default): zh-en-torchserve:standin
-#   MODEL=Helsinki-NLP/opus-mt-zh-en deploy/image/build.sh [SRC]   # zh-en-torchserve (needs the hub)
-#
+#   deploy/image/build.sh [SRC]                    # the hub model at its pinned commit: zh-en-torchserve
+#   MODEL=/path/to/model_dir deploy/image/build.sh   # a local copy of the real model: zh-en-torchserve
+#   MODEL=synthetic deploy/image/build.sh          # the stand-in (random weights): zh-en-torchserve:standin
+#   deploy/image/build.sh --plan                   # print what would be built (archive/image_plan.py), build nothing
 # SRC is the build context (a checkout with the Dockerfile). Without it, HEAD of the repository this
 # script lives in is cloned into a temporary directory: a working tree may hold uncommitted edits
 # and a multi-GB .venv/build that do not belong in the image.
-# Environment: MODEL (default synthetic: random weights the build creates, no hub access), STRICT
-# (default 0), IMAGE (the tag; default as above), BUILD_NETWORK (podman build --network; the default
-# bridge network reaches PyPI and the Debian mirrors here, so it is not needed).
+# Environment: MODEL (default Helsinki-NLP/opus-mt-zh-en, at archive/hub.py's DEFAULT_REVISION; with
+# no route to the hub the build stops and names the two other choices), IMAGE (the tag; a stand-in's
+# must contain "standin"), BUILD_NETWORK (podman build --network; the default bridge network reaches
+# PyPI and the Debian mirrors here, so it is not needed). The archives are always built with
+# STRICT=1: an image never falls back to the stand-in.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 BASE=docker.io/library/python:3.11-slim
-MODEL=${MODEL:-synthetic}
-STRICT=${STRICT:-0}
-if [[ $MODEL == synthetic ]]; then
-  IMAGE=${IMAGE:-zh-en-torchserve:standin}
-else
-  IMAGE=${IMAGE:-zh-en-torchserve}
-fi
 
 case ${1:-} in
-  -h | --help) sed -n '5,14s/^# \{0,1\}//p' "$0"; exit 0 ;;
+  -h | --help) sed -n '5,17s/^# \{0,1\}//p' "$0"; exit 0 ;;
 esac
+
+# The decision (tag, labels, the model's source, or a refusal) is archive/image_plan.py's; it sets
+# IMAGE, BUILD_MODEL, BUILD_STRICT, LABELS and MODEL_VOLUMES, or says why not and what to pass.
+plan=$(cd "$here/../.." && MODEL=${MODEL:-} IMAGE=${IMAGE:-} python3 -m archive.image_plan) || exit 2
+eval "$plan"
+if [[ ${1:-} == --plan ]]; then
+  printf '%s\n' "$plan"
+  exit 0
+fi
 
 log() { printf '[build %s] %s\n' "$(date +%T)" "$*" >&2; }
 start=$(date +%s)
@@ -42,6 +47,7 @@ else
   src=$work/src
 fi
 [[ -f $src/Dockerfile ]] || { echo "no Dockerfile in $src" >&2; exit 1; }
+LABELS+=("--label=org.opencontainers.image.revision=$(git -C "$src" rev-parse HEAD 2>/dev/null || echo unknown)")
 
 # The base is built locally (FROM python:3.11-slim cannot be pulled here); base-image.sh also
 # installs and configures podman where missing.
@@ -76,7 +82,7 @@ chmod 644 "$work/pip.conf"
 log "pip configuration for the build:"
 sed 's/^/    /' "$work/pip.conf" >&2
 
-volumes=(--volume "$work/pip.conf:/etc/pip.conf:ro")
+volumes=(--volume "$work/pip.conf:/etc/pip.conf:ro" "${MODEL_VOLUMES[@]}")
 for path in /etc/xdg/pip /etc/ssl/certs/ca-certificates.crt /opt/wheels /opt/pypi /opt/pypi-more; do
   if [[ -e $path ]]; then
     volumes+=(--volume "$path:$path:ro")
@@ -89,15 +95,16 @@ done
 # --pull=never: FROM must resolve to the local base; no registry is reachable.
 network=()
 [[ -z ${BUILD_NETWORK:-} ]] || network=(--network "$BUILD_NETWORK")
-log "podman build $src -> $IMAGE (MODEL=$MODEL STRICT=$STRICT)"
+log "podman build $src -> $IMAGE (MODEL=$BUILD_MODEL STRICT=$BUILD_STRICT)"
 podman build \
   --format docker \
   --pull=never \
   --layers \
   "${network[@]}" \
   "${volumes[@]}" \
-  --build-arg "MODEL=$MODEL" \
-  --build-arg "STRICT=$STRICT" \
+  "${LABELS[@]}" \
+  --build-arg "MODEL=$BUILD_MODEL" \
+  --build-arg "STRICT=$BUILD_STRICT" \
   --tag "$IMAGE" \
   --file "$src/Dockerfile" \
   "$src"

@@ -104,6 +104,8 @@ def test_the_image_answers_the_readme_request_and_holds_runtime_only(container: 
     assert "nvidia" not in packages and "triton" not in packages
     assert podman("exec", NAME, ".venv/bin/python", "-m", "serving.health").startswith("healthy")
     size = int(podman("image", "inspect", "--format", "{{.Size}}", IMAGE).strip())
+    standin = podman("image", "inspect", "--format", '{{ index .Labels "io.zh-en.standin" }}', IMAGE)
+    assert standin.strip() == "true"  # MODEL=synthetic: tagged :standin and labeled as such
     print(
         f"image {size / 1e9:.2f} GB; build {figures['build_s']:.0f} s; /ping {figures['ping_s']:.1f} s and "
         f"first translation {figures['first_translation_s']:.1f} s after podman run"
