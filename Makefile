@@ -20,7 +20,7 @@ help:
 	@echo "make layout  measure workers x threads x batch x row budget, print the winning model config"
 	@echo "make swap TO=1.0-fp32   zero-downtime switch of the default version"
 	@echo "make fleet   REPLICAS=2 TorchServe replicas behind nginx on 127.0.0.1:8090 (MODEL=...|tiny); make fleet-stop"
-	@echo "make image   build the image with podman (MODEL=synthetic here); make image-test builds, runs and stops it"
+	@echo "make image   build the image with podman: MODEL=<dir>, or MODEL=synthetic for a :standin image (the hub is unreachable here); make image-test builds, runs and stops it"
 
 # torch's CPU build. On x86_64 the public index's plain `torch` is the CUDA build (several GB of
 # nvidia-* wheels); the `+cpu` local version exists only on PyTorch's CPU index (and in a local
@@ -67,12 +67,14 @@ archives: $(RUNTIME)
 	$(BIN)/python -m archive.build --model $(MODEL) $(STRICT_FLAG) --out $(STORE)
 	$(if $(filter 1,$(UNPACK)),$(BIN)/python -m archive.unpack $(STORE))
 
+# The launcher returns once the JVM is forked (--start) or signalled (--stop); a hung one is killed.
+LAUNCHER_TIMEOUT := timeout --kill-after=10
 serve: archives java
-	$(BIN)/torchserve --start --ncs --model-store $(STORE) --ts-config $(CONFIG) --models zh_en_int8.mar
+	$(LAUNCHER_TIMEOUT) 120 $(BIN)/torchserve --start --ncs --model-store $(STORE) --ts-config $(CONFIG) --models zh_en_int8.mar
 	$(BIN)/python -m serving.wait --key-file key_file.json
 
 stop: $(RUNTIME)
-	$(BIN)/torchserve --stop
+	$(LAUNCHER_TIMEOUT) 60 $(BIN)/torchserve --stop
 
 lint: $(DEV)
 	$(BIN)/ruff check .
@@ -118,8 +120,11 @@ fleet-stop: $(RUNTIME)
 
 # The container image, with podman where no Docker engine runs (deploy/image/: installs podman and
 # bootstraps the python:3.11-slim base where missing; as root). About 5 minutes; not part of `make test`.
+# MODEL: the hub id (default; its pinned commit, archive/hub.py), a local model directory, or
+# synthetic (a stand-in image tagged :standin). Never a silent stand-in: with the hub unreachable the
+# build stops and names the two other choices (archive/image_plan.py). STRICT does not apply.
 image:
-	MODEL=$(MODEL) STRICT=$(STRICT) deploy/image/build.sh
+	MODEL=$(MODEL) deploy/image/build.sh
 
 image-test: $(DEV)
 	ZH_EN_IMAGE_TEST=1 $(BIN)/python -m pytest -q -s -m image tests/image
