@@ -10,12 +10,13 @@ CONFIG := config/config.properties
 
 STRICT_FLAG := $(if $(filter 1,$(STRICT)),--strict,)
 
-.PHONY: help venv java nginx archives serve stop test lint bench bench-quick layout soak swap fleet fleet-stop image image-test clean
+.PHONY: help venv java nginx archives serve stop test lint bench bench-quick bench-check layout soak swap fleet fleet-stop image image-test clean
 
 help:
 	@echo "make serve   build the archives (MODEL=hub id|dir|synthetic, STRICT=1) and start TorchServe"
 	@echo "make stop    stop TorchServe"
-	@echo "make test    lint, type-check and run the whole test suite (make lint: only the first two)"
+	@echo "make test    lint, type-check, unit and end-to-end tests: the quick loop (make lint: only the first two)"
+	@echo "make soak    minutes of load, swaps and faults on real servers; make bench-check: the bench harness's smoke runs"
 	@echo "make bench   quality, latency ladder, load and scheduler benchmarks, report with plots"
 	@echo "make layout  measure workers x threads x batch x row budget, print the winning model config"
 	@echo "make swap TO=1.0-fp32   zero-downtime switch of the default version"
@@ -83,7 +84,7 @@ lint: $(DEV)
 	$(BIN)/hadolint Dockerfile
 
 test: lint java nginx
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 bench: archives java $(DEV)
 	$(BIN)/python -m bench.run_all
@@ -96,8 +97,11 @@ bench-quick: archives java $(DEV)
 layout: $(DEV) java
 	$(BIN)/python -m bench.studies.layout --model $(MODEL) $(STRICT_FLAG)
 
-soak: $(DEV) java
-	$(BIN)/python -m pytest -m soak -v
+soak: $(DEV) java nginx
+	$(BIN)/python -m pytest -q -m soak --durations=10
+
+bench-check: $(DEV) java
+	$(BIN)/python -m pytest -q -m bench_check --durations=10
 
 swap: $(RUNTIME)
 	@test -n "$(TO)" || { echo "usage: make swap TO=1.0-fp32 (a version) or TO=zh_en_fp32.mar (an archive)"; exit 2; }

@@ -34,9 +34,13 @@ def tiny_store(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
     return store
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def server(tiny_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TorchServe]:
-    """A real TorchServe on free local ports, production config, serving the int8 tiny archive."""
+    """A real TorchServe on free local ports, production config, serving the int8 tiny archive.
+
+    One for the whole session: a test that changes it (registers a version, scales, swaps) puts it
+    back as it found it, so the next module meets the server `make serve` starts.
+    """
     with TorchServe(tiny_store, tmp_path_factory.mktemp("torchserve")) as running:
         yield running
 

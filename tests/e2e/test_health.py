@@ -13,19 +13,20 @@ pytestmark = pytest.mark.e2e
 
 
 def test_health_fails_when_no_worker_can_translate_though_ping_is_healthy(
-    tiny_store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    server: TorchServe, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with TorchServe(tiny_store, tmp_path / "ts") as server:
-        version = server.client.default_version()
-        server.client.wait_ready(version, workers=2)
-        check = ["--key-file", str(server.key_file), "--url", server.client.endpoints.inference]
-        check += ["--marker", str(tmp_path / "no-drain"), "--timeout", "5"]
-        assert health.main(check) == 0, capsys.readouterr().out
-        (tmp_path / "no-drain").write_text("draining\n")
-        assert health.main(check) == 1  # serving.graceful's drain marker wins
-        (tmp_path / "no-drain").unlink()
+    version = server.client.default_version()
+    workers = 2  # as the archive's model config starts it
+    server.client.wait_ready(version, workers=workers)
+    check = ["--key-file", str(server.key_file), "--url", server.client.endpoints.inference]
+    check += ["--marker", str(tmp_path / "no-drain"), "--timeout", "5"]
+    assert health.main(check) == 0, capsys.readouterr().out
+    (tmp_path / "no-drain").write_text("draining\n")
+    assert health.main(check) == 1  # serving.graceful's drain marker wins
+    (tmp_path / "no-drain").unlink()
 
-        server.client.scale(version, 0)
+    server.client.scale(version, 0)
+    try:
         ping = server.client.ping()
         capsys.readouterr()
         assert health.main(check) == 1
@@ -33,3 +34,7 @@ def test_health_fails_when_no_worker_can_translate_though_ping_is_healthy(
         print(f"/ping with no worker: {ping.status_code} {ping.text.strip()}; serving.health: {said.strip()}")
         assert ping.status_code == 200 and "Healthy" in ping.text  # why /ping alone is not the check
         assert said.startswith("unhealthy")
+    finally:  # the session's server, as it was
+        server.client.scale(version, workers)
+    assert server.client.ready_workers(version) == workers
+    assert health.main(check) == 0

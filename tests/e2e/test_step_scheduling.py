@@ -12,21 +12,20 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 import requests
 
 from bench.common import archive_with
-from serving import fleet as fleet_cli
-from serving.nginx_conf import FrontDoorConfig
-from serving.ports import free_port
 from serving.processes import process_alive, wait_gone
-from serving.replica_set import Fleet
 from serving.torchserve import TorchServe
+from tests.e2e.conftest_fleet import front_door
 
 STEP = {"scheduler": "step", "sentence_cache_entries": 0, "threads": 1, "step_partitions": 2}
 DOCUMENT = "。".join(f"第{n}个句子说明了一件事情" for n in range(1, 13)) + "。"
@@ -110,32 +109,75 @@ def test_concurrent_singles_and_documents_all_come_back_right(step_server: Torch
     assert [a.json()["translation"] for a in answers] == [alone[text] for text in texts]
 
 
-def test_a_stream_passes_the_front_door_unbuffered(step_server: TorchServe, tmp_path: Path) -> None:
-    store = step_server.model_store
-    door = FrontDoorConfig(listen=f"127.0.0.1:{free_port()}")
-    fleet = Fleet.create(tmp_path / "fleet", store, archive=step_server.models[0], door=door)
-    fleet.start(1)
+class GatedStream:
+    """An upstream on a free loopback port that streams ndjson the way the step worker does
+    (chunked, `X-Accel-Buffering: no`) but sends its second line only once the client has read
+    the first: if anything between them holds the first line back, the stream never completes."""
+
+    def __init__(self) -> None:
+        self.first_line_read = threading.Event()
+        gate = self.first_line_read
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-ndjson")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.send_header("X-Accel-Buffering", "no")
+                self.end_headers()
+                self._chunk(b'{"sentence": 0, "translation": "first"}\n')
+                gate.wait(timeout=20)
+                self._chunk(b'{"translation": "whole"}\n')
+                self._chunk(b"")
+
+            def _chunk(self, data: bytes) -> None:
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_address[1])
+
+    def close(self) -> None:
+        self.first_line_read.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_the_step_worker_asks_proxies_not_to_buffer_its_stream(step_server: TorchServe) -> None:
+    response, _ = stream(step_server, {"text": DOCUMENT, "stream": True})
+    assert response.status_code == 200 and response.headers.get("X-Accel-Buffering") == "no"
+
+
+def test_a_stream_passes_the_front_door_unbuffered(tmp_path: Path) -> None:
+    upstream = GatedStream()
     try:
-        out = tmp_path / "client.json"
-        assert (
-            fleet_cli.main(["keys", "add", "streamer", "--out", str(out), "--dir", str(fleet.run_dir)]) == 0
-        )
-        key = json.loads(out.read_text())["inference"]["key"]
-        response = requests.post(
-            f"http://{door.listen}/predictions/zh_en",
-            json={"text": DOCUMENT, "stream": True},
-            headers={"Authorization": f"Bearer {key}"},
-            stream=True,
-            timeout=60,
-        )
-        pieces = [piece for piece in response.iter_content(chunk_size=None) if piece]
-        lines = b"".join(pieces).splitlines()
-        assert response.status_code == 200 and response.headers["Content-Type"] == "application/x-ndjson"
-        assert [json.loads(line)["sentence"] for line in lines[:-1]] == list(range(12))
-        assert "translation" in json.loads(lines[-1])
-        assert len(pieces) > 1, "nginx buffered the stream into one piece"
+        with front_door(tmp_path / "door", [upstream.port]) as (door, key):
+            response = requests.post(
+                f"{door.url}/predictions/zh_en",
+                json={"text": DOCUMENT, "stream": True},
+                headers={"Authorization": f"Bearer {key}"},
+                stream=True,
+                timeout=10,
+            )
+            assert response.status_code == 200 and response.headers["Content-Type"] == "application/x-ndjson"
+            lines = response.iter_lines()
+            first = next(lines)  # times out (10 s) if nginx holds it until the upstream finishes
+            upstream.first_line_read.set()
+            assert json.loads(first) == {"sentence": 0, "translation": "first"}
+            assert [json.loads(line) for line in lines if line] == [{"translation": "whole"}]
     finally:
-        fleet.stop()
+        upstream.close()
 
 
 def test_the_scheduler_reports_queue_rows_and_time_to_first_sentence(step_server: TorchServe) -> None:
