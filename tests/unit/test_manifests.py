@@ -36,6 +36,13 @@ POD_CONFIG_ARG = "config/config.kubernetes.properties"  # relative to the image'
 # Kustomizations and the variant each one serves (the base alone is the int8 layout).
 LAYOUTS = {"base": "int8", "overlays/int8": "int8", "overlays/fp32": "fp32"}
 CORE_KINDS = ["Deployment", "HorizontalPodAutoscaler", "NetworkPolicy", "PodDisruptionBudget", "Service"]
+# Istio's CRDs (no bundled schema: checked for structure below): who may call the pod, by identity.
+ISTIO_KINDS = ["AuthorizationPolicy", "PeerAuthentication"]
+ISTIO_API = "security.istio.io/v1"
+# Where serving.graceful writes its drain marker in a pod (ZH_EN_STATE_DIR): an emptyDir, not /tmp.
+STATE_DIR = "/srv/zh_en/state"
+# The labels KServe puts on an InferenceService's predictor pods.
+KSERVE_POD_LABELS = {"serving.kserve.io/inferenceservice": "zh-en", "component": "predictor"}
 # The kubectl on our machines (1.32) and the newest schema kubernetes-validate 1.37.0 bundles.
 KUBERNETES_VERSIONS = ("1.32.0", "1.37.0")
 IMAGE = "registry.example.com/zh-en-torchserve:1.0.0"
@@ -154,10 +161,16 @@ def rendered() -> dict[str, list[dict[str, Any]]]:
 
 
 @pytest.fixture(scope="module")
-def inference_service() -> dict[str, Any]:
-    docs = kustomize(KSERVE)
-    assert [doc["kind"] for doc in docs] == ["InferenceService"]
-    return docs[0]
+def kserve() -> list[dict[str, Any]]:
+    return kustomize(KSERVE)
+
+
+@pytest.fixture(scope="module")
+def inference_service(kserve: list[dict[str, Any]]) -> dict[str, Any]:
+    assert sorted(doc["kind"] for doc in kserve) == sorted(
+        ["InferenceService", "NetworkPolicy", *ISTIO_KINDS]
+    )
+    return one(kserve, "InferenceService")
 
 
 def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
@@ -189,7 +202,7 @@ def flag(args: list[str], name: str) -> str:
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_kustomization_renders_the_core_kinds(rendered: dict[str, list[dict[str, Any]]], layout: str) -> None:
-    assert sorted(doc["kind"] for doc in rendered[layout]) == CORE_KINDS
+    assert sorted(doc["kind"] for doc in rendered[layout]) == sorted(CORE_KINDS + ISTIO_KINDS)
 
 
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
@@ -197,7 +210,7 @@ def test_kustomization_renders_the_core_kinds(rendered: dict[str, list[dict[str,
 def test_core_kinds_pass_strict_schema_validation(
     rendered: dict[str, list[dict[str, Any]]], layout: str, version: str
 ) -> None:
-    for doc in rendered[layout]:
+    for doc in (doc for doc in rendered[layout] if doc["kind"] in CORE_KINDS):
         try:
             kubernetes_validate.validate(doc, version, strict=True)
         except kubernetes_validate.ValidationError as error:
@@ -288,7 +301,9 @@ def check_torchserve_container(
     assert security["allowPrivilegeEscalation"] is False
     assert security["capabilities"]["drop"] == ["ALL"]
     mounts = {mount["mountPath"]: mount["name"] for mount in container["volumeMounts"]}
-    assert set(mounts) == {"/tmp", f"{dockerfile('WORKDIR')}/logs"}  # the only places TorchServe writes
+    # The only places TorchServe and serving.graceful (its drain marker) write.
+    assert set(mounts) == {"/tmp", f"{dockerfile('WORKDIR')}/logs", STATE_DIR}
+    assert env["ZH_EN_STATE_DIR"] == STATE_DIR
     empty_dirs = {volume["name"] for volume in volumes if "emptyDir" in volume}
     assert set(mounts.values()) <= empty_dirs
 
@@ -429,3 +444,94 @@ def test_inference_service(inference_service: dict[str, Any]) -> None:
     assert 0 < predictor["canaryTrafficPercent"] < 100
     assert predictor["timeout"] >= int(layout["responseTimeout"])
     assert predictor["annotations"]["prometheus.kserve.io/port"] == "8082"
+
+
+# ---------------------------------------------------------------- not served unauthenticated in the cluster
+
+
+def ingress_rules_by_port(policy: dict[str, Any]) -> dict[int, list[dict[str, Any]]]:
+    """Each admitted port and the `from` of every rule that admits it."""
+    admitted: dict[int, list[dict[str, Any]]] = {}
+    for rule in policy["spec"]["ingress"]:
+        assert rule.get("from"), f"{policy['metadata']['name']}: a rule without `from` admits every pod"
+        for port in rule["ports"]:
+            admitted.setdefault(int(port["port"]), []).extend(rule["from"])
+    return admitted
+
+
+def namespaces(peers: list[dict[str, Any]]) -> set[str]:
+    found = set()
+    for peer in peers:
+        assert set(peer) == {"namespaceSelector"}, peer  # whole namespaces, no pod or IP blocks
+        found.add(peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"])
+    return found
+
+
+def check_istio_policies(docs: list[dict[str, Any]], pod_labels: dict[str, str], callers: set[str]) -> None:
+    """An ALLOW policy on the pod: `callers` (namespaces, by mTLS identity) may call anything; every
+    other rule is a GET on a metrics port, from anyone. STRICT mTLS, metrics ports aside."""
+    policy, peer = one(docs, "AuthorizationPolicy"), one(docs, "PeerAuthentication")
+    metrics_ports = {"8082", "9090", "9091"}
+    for doc in (policy, peer):
+        assert doc["apiVersion"] == ISTIO_API
+        assert doc["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert policy["spec"]["action"] == "ALLOW"  # an ALLOW policy refuses whatever no rule allows
+    for rule in policy["spec"]["rules"]:
+        if "from" in rule:
+            assert [source["source"] for source in rule["from"]] == [{"namespaces": sorted(callers)}]
+        else:
+            (operation,) = [to["operation"] for to in rule["to"]]
+            assert set(operation["ports"]) <= metrics_ports and operation["methods"] == ["GET"], rule
+    assert any("from" in rule for rule in policy["spec"]["rules"])
+    assert peer["spec"]["mtls"]["mode"] == "STRICT"
+    assert set(peer["spec"].get("portLevelMtls", {})) <= metrics_ports
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_only_the_gateway_may_call_the_pod_by_identity(
+    rendered: dict[str, list[dict[str, Any]]], layout: str
+) -> None:
+    docs = rendered[layout]
+    deployment, network = one(docs, "Deployment"), one(docs, "NetworkPolicy")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert pod_labels["sidecar.istio.io/inject"] == "true"
+    gateway = namespaces(ingress_rules_by_port(network)[8080])
+    check_istio_policies(docs, pod_labels, gateway)  # the same namespace as the NetworkPolicy's
+    policy = one(docs, "AuthorizationPolicy")
+    inference = [rule for rule in policy["spec"]["rules"] if "from" in rule]
+    assert [to["operation"]["ports"] for rule in inference for to in rule["to"]] == [["8080"]]
+
+
+def test_kserve_predictor_pods_have_a_network_policy(kserve: list[dict[str, Any]]) -> None:
+    """deploy/kubernetes's NetworkPolicy does not select KServe's pods; this one does, and admits
+    nothing to TorchServe's own port: requests come through the queue-proxy in the pod."""
+    policy = one(kserve, "NetworkPolicy")
+    for version in KUBERNETES_VERSIONS:
+        kubernetes_validate.validate(policy, version, strict=True)
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= KSERVE_POD_LABELS.items()
+    assert sorted(policy["spec"]["policyTypes"]) == ["Egress", "Ingress"]
+    admitted = ingress_rules_by_port(policy)
+    assert not {8080, 8081, 7070, 7071} & set(admitted)  # TorchServe itself, management, gRPC
+    assert namespaces(admitted[8012]) == {"istio-system", "knative-serving"}
+    assert namespaces(admitted[9090]) == {"knative-serving"}
+    assert namespaces(admitted[8082]) == namespaces(admitted[9091]) == {"monitoring"}
+    for rule in policy["spec"]["egress"]:
+        assert rule.get("to"), "an egress rule without `to` lets the pod call anything"
+    egress = {
+        (int(port["port"]), frozenset(namespaces(rule["to"])))
+        for rule in policy["spec"]["egress"]
+        for port in rule["ports"]
+    }
+    assert egress == {(15012, frozenset({"istio-system"})), (53, frozenset({"kube-system"}))}
+
+
+def test_kserve_predictor_answers_only_knative_by_identity(
+    kserve: list[dict[str, Any]], inference_service: dict[str, Any]
+) -> None:
+    predictor = inference_service["spec"]["predictor"]
+    assert predictor["annotations"]["sidecar.istio.io/inject"] == "true"
+    check_istio_policies(kserve, KSERVE_POD_LABELS, {"istio-system", "knative-serving"})
+    assert namespaces(ingress_rules_by_port(one(kserve, "NetworkPolicy"))[8012]) == {
+        "istio-system",
+        "knative-serving",
+    }
