@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,6 +83,60 @@ def test_the_systemd_unit_runs_the_same_server_under_the_graceful_supervisor() -
     assert Path(argv[0]).name == "torchserve" and "--foreground" in argv
     assert " ".join(["torchserve", *[arg for arg in argv[1:] if arg != "--foreground"]]) == SERVE
     assert "KillMode=mixed" in unit  # SIGTERM reaches the supervisor alone, not the workers mid-batch
+    # The README's relative paths, run from the state directory (key_file.json is written there):
+    # config/ and model_store/ are the checkout's, bound read-only.
+    assert "WorkingDirectory=/var/lib/zh_en" in unit.splitlines() and "StateDirectory=zh_en" in unit
+    (binds,) = [line for line in unit.splitlines() if line.startswith("BindReadOnlyPaths=")]
+    assert sorted(binds.removeprefix("BindReadOnlyPaths=").split()) == [
+        "/opt/zh_en/config:/var/lib/zh_en/config",
+        "/opt/zh_en/model_store:/var/lib/zh_en/model_store",
+    ]
+
+
+UNITS = ("zh-en-torchserve.service", "zh-en-fleet.service")
+# What every unit sets (SECURITY.md); MemoryDenyWriteExecute would stop the JVM's JIT.
+HARDENING = (
+    "UMask=0077", "ProtectSystem=strict", "ProtectHome=true", "PrivateTmp=true", "PrivateDevices=true",
+    "NoNewPrivileges=true", "CapabilityBoundingSet=", "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6",
+    "RestrictNamespaces=true", "LockPersonality=true", "ProtectKernelTunables=true",
+    "ProtectKernelModules=true", "ProtectKernelLogs=true", "ProtectControlGroups=true",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("name", UNITS)
+def test_the_units_are_sandboxed_with_code_and_venv_read_only(name: str) -> None:
+    lines = (REPO_ROOT / "deploy" / name).read_text().splitlines()
+    for setting in HARDENING:
+        assert setting in lines, f"{name}: {setting}"
+    assert not [line for line in lines if line.startswith("MemoryDenyWriteExecute=")]
+    writable = [
+        path for line in lines if line.startswith("ReadWritePaths=") for path in line.split("=", 1)[1].split()
+    ]
+    assert not [path for path in writable if path.lstrip("-").startswith("/opt/zh_en")], writable
+
+
+@pytest.mark.parametrize("name", UNITS)
+def test_systemd_analyze_verifies_the_units(name: str, tmp_path: Path) -> None:
+    """Offline: the unit parses and its directives are known to this systemd (252 here).
+    ExecStart must name an executable, so the venv's path is pointed at this checkout's."""
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed (Debian: the systemd package)")
+    unit = (REPO_ROOT / "deploy" / name).read_text().replace("/opt/zh_en/.venv/bin/", f"{sys.prefix}/bin/")
+    (tmp_path / name).write_text(unit)
+    done = subprocess.run(
+        [analyze, "verify", str(tmp_path / name)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and not done.stderr.strip(), done.stderr
+    security = subprocess.run(
+        [analyze, "security", "--offline=true", str(tmp_path / name)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    exposure = re.search(r"Overall exposure level for \S+: (\d+\.\d)", security.stdout)
+    assert exposure is not None, security.stdout[-500:] + security.stderr
+    assert float(exposure.group(1)) <= 3.5, security.stdout  # 8.0 ("EXPOSED") before the hardening
 
 
 def test_the_production_unit_runs_the_front_door_service_with_persistent_keys() -> None:
