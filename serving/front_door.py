@@ -74,9 +74,15 @@ class FrontDoor:
         pids = {int(pid) for pid in out.split() if process_alive(int(pid))}
         return {pid for pid in pids if not serving_only or not _shutting_down(pid)}
 
+    def draining(self) -> set[int]:
+        """Old workers still finishing their requests after a reload (not the cache manager)."""
+        return self.worker_pids() - self.worker_pids(serving_only=True)
+
     def start(self, timeout: float = 30.0) -> None:
         if self.master_pid() is not None:
             raise NginxError(f"a front door already runs from {self.paths.run_dir} (pid {self.master_pid()})")
+        # A killed nginx leaves its unix socket behind, and bind() would refuse the next start.
+        self.paths.stage_socket.unlink(missing_ok=True)
         self._nginx()  # returns once the master has bound the port and daemonized
         deadline = time.monotonic() + timeout
         while not self.worker_pids():
@@ -111,6 +117,8 @@ class FrontDoor:
         self._nginx("-s", "quit")
         for pid in wait_gone(pids, timeout):
             os.kill(pid, signal.SIGKILL)
+        if not self.paths.worker_dir.is_relative_to(self.paths.run_dir):
+            shutil.rmtree(self.paths.worker_dir, ignore_errors=True)  # its own dir in the temp dir
 
     def healthz(self, timeout: float = 10.0) -> requests.Response:
         return requests.get(f"{self.url}/healthz", timeout=timeout)

@@ -8,9 +8,12 @@ own, so adding or removing a replica rewrites one small file and reloads nginx.
 from __future__ import annotations
 
 import grp
+import hashlib
 import os
 import pwd
 import re
+import stat
+import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -37,6 +40,17 @@ class FrontDoorConfig:
     fail_timeout_s: int = 5  # a replica that failed is left out this long
     probe_timeout_s: int = 5  # one /healthz probe on one replica
     probe_window_s: int = 8  # the probe over every replica
+    health_cache_s: int = 1  # /healthz answers from the last good probe this long
+    # Slow and abusive clients (deploy/FLEET.md, "Abuse"): per-address limits, for what comes before
+    # a key is known, and timeouts on every client read and write.
+    connections_per_address: int = 64  # requests in progress at once from one address
+    address_rate_per_second: int = 40  # LibreTranslate requests per address, before njs reads a body
+    address_burst: int = 80
+    header_timeout_s: int = 10  # the whole request header
+    body_timeout_s: int = 10  # between two reads of the body
+    send_timeout_s: int = 10  # between two writes of the response
+    keepalive_timeout_s: int = 30  # an idle connection
+    url_limit_kib: int = 64  # the request line: a LibreTranslate query string of 5,000 Chinese characters
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[\w.\[\]:-]+:\d+", self.listen):
@@ -76,6 +90,24 @@ class FrontDoorPaths:
     def logs(self) -> Path:
         return self.run_dir / "logs"
 
+    @property
+    def worker_dir(self) -> Path:
+        """What nginx's workers write and connect to: the /healthz cache, the LibreTranslate stage's socket.
+
+        Under run_dir, unless the workers' user cannot reach it there: started as root, workers run as
+        www-data, and a run_dir below a 0700 directory (root's pytest temp dirs) is out of their reach;
+        then a directory of its own in the system temp dir, named after run_dir.
+        """
+        inside = self.run_dir / "worker"
+        if os.geteuid() != 0 or _reachable_by_others(self.run_dir):
+            return inside
+        digest = hashlib.sha256(str(self.run_dir).encode()).hexdigest()[:16]
+        return Path(tempfile.gettempdir()) / f"zh_en-front-door-{digest}"
+
+    @property
+    def stage_socket(self) -> Path:
+        return self.worker_dir / "libretranslate.sock"
+
 
 def render(config: FrontDoorConfig, paths: FrontDoorPaths, template_dir: Path = TEMPLATE_DIR) -> None:
     """Write every template into `paths.conf_dir` with its placeholders filled."""
@@ -96,9 +128,23 @@ def render(config: FrontDoorConfig, paths: FrontDoorPaths, template_dir: Path = 
         "RETRY_WINDOW_S": str(config.retry_window_s),
         "PROBE_TIMEOUT_S": str(config.probe_timeout_s),
         "PROBE_WINDOW_S": str(config.probe_window_s),
+        "PROBE_LOCK_S": str(config.probe_window_s + 1),
+        "HEALTH_CACHE_S": str(config.health_cache_s),
+        "CONNECTIONS_PER_ADDRESS": str(config.connections_per_address),
+        "ADDRESS_RATE": str(config.address_rate_per_second),
+        "ADDRESS_BURST": str(config.address_burst),
+        "HEADER_TIMEOUT_S": str(config.header_timeout_s),
+        "BODY_TIMEOUT_S": str(config.body_timeout_s),
+        "SEND_TIMEOUT_S": str(config.send_timeout_s),
+        "KEEPALIVE_TIMEOUT_S": str(config.keepalive_timeout_s),
+        "URL_LIMIT_KIB": str(config.url_limit_kib),
+        # The gate waits for the stage's whole answer: every try on a replica, then the last read.
+        "STAGE_TIMEOUT_S": str(config.retry_window_s + config.read_timeout_s),
+        "WORKER_DIR": str(paths.worker_dir),
     }
     for sub in (paths.conf_dir, paths.logs, paths.run_dir / "tmp"):
         sub.mkdir(parents=True, exist_ok=True)
+    _make_worker_dir(paths.worker_dir)
     for template in sorted(template_dir.iterdir()):
         text = template.read_text()
         if unknown := set(re.findall(r"@@([A-Z_]+)@@", text)) - values.keys():
@@ -128,14 +174,32 @@ def js_module() -> Path:
     )
 
 
+def _make_worker_dir(directory: Path) -> None:
+    """0700, owned by the workers' user: the cache and the socket are theirs alone."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if os.geteuid() == 0 and (user := _worker_user()) is not None:
+        os.chown(directory, user.pw_uid, user.pw_gid)
+    directory.chmod(0o700)
+
+
+def _reachable_by_others(path: Path) -> bool:
+    """Every directory from / down to `path` lets other users through (o+x)."""
+    return all(os.stat(parent).st_mode & stat.S_IXOTH for parent in (path, *path.parents) if parent.exists())
+
+
+def _worker_user() -> pwd.struct_passwd | None:
+    for name in WORKER_USERS:
+        try:
+            return pwd.getpwnam(name)
+        except KeyError:
+            continue
+    return None
+
+
 def _user_directive() -> str:
     """As root, nginx workers drop to an unprivileged user; otherwise they stay who started nginx."""
     if os.geteuid() != 0:
         return "# not root: workers run as the user who started nginx"
-    for name in WORKER_USERS:
-        try:
-            user = pwd.getpwnam(name)
-        except KeyError:
-            continue
-        return f"user {name} {grp.getgrgid(user.pw_gid).gr_name};"
+    if (user := _worker_user()) is not None:
+        return f"user {user.pw_name} {grp.getgrgid(user.pw_gid).gr_name};"
     raise RuntimeError(f"none of the users {WORKER_USERS} exists to run nginx workers as")

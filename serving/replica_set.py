@@ -161,7 +161,7 @@ class Fleet:
         self._save(replace(self.state, replicas=tuple(s for s in self.state.replicas if s.name != name)))
         self.reload()
         drain_deadline = time.monotonic() + self.state.front_door.retry_window_s
-        while len(self.door.worker_pids()) > 1 and time.monotonic() < drain_deadline:
+        while self.door.draining() and time.monotonic() < drain_deadline:
             time.sleep(0.1)  # the old nginx worker exits once its requests to this replica are done
         server.stop()
         self._servers.pop(name)

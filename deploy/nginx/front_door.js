@@ -5,11 +5,22 @@ const querystring = require('querystring');
 // $key_digest: the SHA-256 (hex) of the client's key, or "" without one. keys.map lists digests, so
 // the keys themselves are stored nowhere. Keys are 256-bit random strings: a fast unsalted hash is
 // enough (slow salted hashes are for guessable passwords). The key is the bearer token, or on
-// LibreTranslate's routes the body's api_key ($body_key, set by libretranslate() below) when sent.
+// LibreTranslate's routes the api_key field ($body_key, set by libretranslate() below) when sent.
 function digest(r) {
-    const match = /^Bearer +([A-Za-z0-9._~+\/=-]{16,256}) *$/i.exec(r.headersIn.Authorization || '');
-    const key = r.variables.body_key || (match ? match[1] : '');
+    const key = r.variables.body_key || bearerToken(r.headersIn.Authorization || '');
     return key ? crypto.createHash('sha256').update(key).digest('hex') : '';
+}
+
+// "Bearer <token>", the scheme in any case. Every step is one pass over the header: the token's
+// pattern is one class between anchors, which no input can make backtrack.
+function bearerToken(header) {
+    const value = header.trim();
+    const space = value.indexOf(' ');
+    if (space < 0 || value.slice(0, space).toLowerCase() !== 'bearer') {
+        return '';
+    }
+    const token = value.slice(space + 1).trim();
+    return /^[A-Za-z0-9._~+\/=-]{16,256}$/.test(token) ? token : '';
 }
 
 // The body of a healthy /healthz. `return` would answer before auth_request's probe ran (rewrite
@@ -24,21 +35,30 @@ function healthy(r) {
 const LIBRETRANSLATE_FIELDS = ['q', 'source', 'target', 'format', 'alternatives'];
 const ROUTE_FIELD = 'libretranslate';
 const BODY_LIMIT = @@BODY_LIMIT_KIB@@ * 1024;  // the replicas' max_request_size, as nginx's own limit
+// Bounds on a multipart form, checked before its parts are read: LibreTranslate's fields are six, a
+// browser's part header is under 200 bytes, and RFC 2046 caps a boundary at 70 characters.
+const MAX_PARTS = 32;
+const MAX_PART_HEAD = 1024;  // the header lines of one part, in characters
+const MAX_PART_HEADER_LINES = 8;
+const MAX_BOUNDARY = 70;
 
-// POST /translate and /detect (libretranslate.conf): read the fields and the key where LibreTranslate
-// reads them (app.py, get_req_api_key and translate(): a JSON body, else the query string then the
-// form, urlencoded or multipart), set the key aside in $body_key, and hand @libretranslate the body
-// to send on without it, with the route: JSON as JSON, anything else as a multipart form (raw
-// UTF-8: a third of a percent-encoded form's size for Chinese text).
+// POST /translate and /detect (libretranslate_stage.conf): read the fields and the key where
+// LibreTranslate reads them (app.py, get_req_api_key and translate(): a JSON body, else the query
+// string then the form, urlencoded or multipart: werkzeug's request.values looks in the query string
+// first), set the key aside in $body_key, and hand @libretranslate the body to send on without it,
+// with the route: JSON as JSON, anything else as a multipart form (raw UTF-8: a third of a
+// percent-encoded form's size for Chinese text). The client's query string comes from the gate as
+// X-Query (libretranslate.conf: it stays out of this request line, and so out of the error log).
+//
+// Linear time throughout, whatever the input: no pattern here can backtrack over the body (each
+// is a literal, or one class between anchors), every search moves forward from where the last
+// one ended, and the multipart bounds above hold before a part is read. tests/e2e/
+// test_front_door_abuse.py sends the inputs that would break each of these.
 function libretranslate(r) {
     const route = r.uri.slice(1);  // "translate" or "detect": the location matches nothing else
     let request;
     try {
-        const query = firstValues(querystring.parse(r.variables.args || ''));
-        if (query.api_key !== undefined) {
-            throw new Error('Invalid request: send api_key in the request body or as Authorization: '
-                            + 'Bearer <key>, not in the URL (URLs get logged)');
-        }
+        const query = firstValues(querystring.parse(r.headersIn['X-Query'] || ''));
         request = isJson(r) ? jsonRequest(r.requestText || '', route) : formRequest(r, query, route);
         if (Buffer.byteLength(request.body) > BODY_LIMIT) {  // a replica would answer a bare 413
             throw new Error('Invalid request: request body over ' + BODY_LIMIT / 1024 + ' KiB');
@@ -56,11 +76,34 @@ function libretranslate(r) {
 // As Flask's request.is_json: application/json or application/*+json.
 function isJson(r) {
     const type = mediaType(r);
-    return type === 'application/json' || /^application\/.*\+json$/.test(type);
+    return type === 'application/json' || (type.startsWith('application/') && type.endsWith('+json'));
 }
 
 function mediaType(r) {
-    return (r.headersIn['Content-Type'] || '').split(';')[0].trim().toLowerCase();
+    return headerParameters(r.headersIn['Content-Type'] || '')[0].toLowerCase();
+}
+
+// "value; name=value; name="value"" as [value, {name: value}]: split once on ";", each parameter
+// once on its first "=". A quoted value loses its quotes (a boundary or a form field name never
+// holds a ";" or an escaped quote).
+function headerParameters(header) {
+    const pieces = header.split(';');
+    const parameters = {};
+    for (let i = 1; i < pieces.length; i++) {
+        const equals = pieces[i].indexOf('=');
+        if (equals < 0) {
+            continue;
+        }
+        const name = pieces[i].slice(0, equals).trim().toLowerCase();
+        let value = pieces[i].slice(equals + 1).trim();
+        if (value.length >= 2 && value[0] === '"' && value[value.length - 1] === '"') {
+            value = value.slice(1, -1);
+        }
+        if (parameters[name] === undefined) {
+            parameters[name] = value;
+        }
+    }
+    return [pieces[0].trim(), parameters];
 }
 
 function jsonRequest(text, route) {
@@ -111,25 +154,63 @@ function firstValues(parsed) {
     return fields;
 }
 
-// The text fields of a multipart/form-data body; file parts are not fields (request.values skips them).
+// The text fields of a multipart/form-data body; file parts are not fields (request.values skips
+// them). One split on the delimiter, stopped after MAX_PARTS parts; each part's header is looked for
+// only within its first MAX_PART_HEAD characters.
 function multipartFields(text, contentType) {
-    const match = /boundary=(?:"([^"]+)"|([^;\s]+))/i.exec(contentType);
-    if (!match) {
-        throw new Error('Invalid request: multipart/form-data without a boundary');
+    const boundary = headerParameters(contentType)[1].boundary || '';
+    if (!boundary || boundary.length > MAX_BOUNDARY) {
+        throw new Error('Invalid request: multipart/form-data needs a boundary of 1 to '
+                        + MAX_BOUNDARY + ' characters');
+    }
+    // The preamble, the parts, then what follows the closing delimiter.
+    const pieces = text.split('--' + boundary, MAX_PARTS + 3);
+    if (pieces.length > MAX_PARTS + 2) {
+        throw new Error('Invalid request: multipart form with over ' + MAX_PARTS + ' parts');
     }
     const fields = {};
-    text.split('--' + (match[1] || match[2])).slice(1).forEach((part) => {
-        const end = part.indexOf('\r\n\r\n');
-        if (part.startsWith('--') || end < 0) {
-            return;  // the closing delimiter, or no headers
+    for (let i = 1; i < pieces.length; i++) {
+        const part = pieces[i];
+        if (part.startsWith('--')) {
+            break;  // the closing delimiter
         }
-        const head = part.slice(0, end);
-        const name = /content-disposition:[^\r\n]*;\s*name="([^"]*)"/i.exec(head);
-        if (name && !/;\s*filename\*?=/i.test(head) && fields[name[1]] === undefined) {
-            fields[name[1]] = part.slice(end + 4).replace(/\r\n$/, '');
+        const end = part.slice(0, MAX_PART_HEAD + 4).indexOf('\r\n\r\n');
+        if (end < 0) {
+            if (part.length > MAX_PART_HEAD + 4) {
+                throw new Error('Invalid request: multipart part header over ' + MAX_PART_HEAD
+                                + ' characters');
+            }
+            continue;  // no header: not a field
         }
-    });
+        const field = partField(part.slice(0, end));
+        if (field.name !== undefined && !field.file && fields[field.name] === undefined) {
+            const value = part.slice(end + 4);
+            fields[field.name] = value.endsWith('\r\n') ? value.slice(0, -2) : value;
+        }
+    }
     return fields;
+}
+
+// A part's name, and whether it is a file, from its Content-Disposition header line. A line ends at
+// a CR, an LF or both, as anywhere in HTTP parsing.
+function partField(head) {
+    const lines = head.split(/\r\n|\r|\n/);
+    if (lines.length > MAX_PART_HEADER_LINES) {
+        throw new Error('Invalid request: multipart part with over ' + MAX_PART_HEADER_LINES
+                        + ' header lines');
+    }
+    for (let i = 0; i < lines.length; i++) {
+        const colon = lines[i].indexOf(':');
+        if (colon < 0 || lines[i].slice(0, colon).trim().toLowerCase() !== 'content-disposition') {
+            continue;
+        }
+        const parameters = headerParameters(lines[i].slice(colon + 1))[1];
+        return {
+            name: parameters.name,
+            file: parameters.filename !== undefined || parameters['filename*'] !== undefined,
+        };
+    }
+    return {name: undefined, file: false};
 }
 
 export default { digest, healthy, libretranslate };

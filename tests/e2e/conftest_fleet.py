@@ -1,8 +1,11 @@
-"""Fixtures for the front door's tests: stub replicas that misbehave on purpose, and front doors.
+"""Fixtures for the front door's tests: one real replica for the session, stub replicas that
+misbehave on purpose, and front doors.
 
-Imported by tests/e2e/test_fleet.py (pytest finds conftest.py only; this name keeps it beside it).
-A stub stands in for a replica where the point is nginx's behaviour (refused, hanging, 500, 503),
-so those tests take milliseconds; the real tiny replicas are in test_fleet.py.
+Imported by tests/e2e/test_fleet.py, test_libretranslate.py and test_front_door_abuse.py (pytest
+finds conftest.py only; this name keeps it beside it). They name it in `pytest_plugins`, so that
+`shared_fleet` is one session fixture: one TorchServe replica for all of them, each module with its
+own front door. A stub stands in for a replica where the point is nginx's behaviour (refused,
+hanging, 500, 503), so those tests take milliseconds.
 """
 
 from __future__ import annotations
@@ -67,15 +70,16 @@ class Stub:
         self.server.server_close()
 
 
-@contextmanager
-def one_replica_fleet(run_dir: Path, store: Path, door: FrontDoorConfig) -> Iterator[Fleet]:
-    """A fleet of one replica of the int8 archive behind its front door, stopped on exit."""
-    running = Fleet.create(run_dir, store, door=door)
-    running.start(1)
-    try:
-        yield running
-    finally:
-        running.stop()
+# The shared fleet's front door is test_fleet.py's: a rate of 1 request/s per key makes its 429 test
+# independent of how long a translation takes (a burst of 3 x BURST requests sent at once always
+# exceeds BURST + 1); the other tests there send at most a few requests per key.
+FLEET_RATE, FLEET_BURST = 1, 10
+
+
+def replica_port(fleet: Fleet) -> int:
+    """The inference port of the fleet's one replica, for another front door to send to."""
+    (spec,) = fleet.state.replicas
+    return spec.ports.inference
 
 
 @contextmanager

@@ -1,8 +1,9 @@
 """The front door (nginx) of the replica set: auth, routes, JSON errors, rate limit, health, retries.
 
-One real fleet of one tiny replica for what needs a translation; stub replicas (conftest_fleet.py)
-for what needs a replica to misbehave. The zero-failure operations under load are in
-tests/soak/test_fleet_operations.py.
+The session's one real fleet of one tiny replica (conftest_fleet.shared_fleet: this module uses its
+front door) for what needs a translation; stub replicas for what needs a replica to misbehave. The
+zero-failure operations under load are in tests/soak/test_fleet_operations.py; slow and abusive
+clients in test_front_door_abuse.py.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -22,14 +25,14 @@ import requests
 from serving import fleet as fleet_cli
 from serving import swap as swap_cli
 from serving.fleet_keys import KeyStore
-from serving.nginx_conf import FrontDoorConfig
 from serving.ports import free_port
 from serving.replica_set import Fleet
-from tests.e2e.conftest_fleet import Stub, front_door, one_replica_fleet
+from tests.e2e.conftest_fleet import FLEET_BURST, FLEET_RATE, Stub, front_door
 
 pytestmark = pytest.mark.e2e
+pytest_plugins = ["tests.e2e.shared_fleet"]  # shared_fleet: one replica for the session
 
-RATE, BURST = 10, 10
+RATE, BURST = FLEET_RATE, FLEET_BURST
 BIG = b'{"text": "' + "你".encode() * 700_000 + b'"}'  # 2.1 MB
 ROUTES = (
     "/predictions/zh_en",
@@ -74,16 +77,8 @@ def cli(fleet: Fleet, *args: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def fleet(tiny_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    door = FrontDoorConfig(
-        listen=f"127.0.0.1:{free_port()}",
-        rate_per_second=RATE,
-        burst=BURST,
-        probe_timeout_s=2,
-        probe_window_s=3,
-    )
-    with one_replica_fleet(tmp_path_factory.mktemp("fleet"), tiny_store, door) as running:
-        yield running
+def fleet(shared_fleet: Fleet) -> Fleet:
+    return shared_fleet
 
 
 @pytest.fixture
@@ -135,6 +130,15 @@ def test_nothing_else_is_routed(fleet: Fleet, key: str, method: str, path: str) 
     assert_error(response, 404, "NotFound")
 
 
+def healthz_until(fleet: Fleet, status: int, within: float) -> requests.Response:
+    """/healthz until it answers `status`: a probe's good result is reused for health_cache_s."""
+    deadline = time.monotonic() + within
+    while (response := requests.get(f"{fleet.door.url}/healthz", timeout=30)).status_code != status:
+        assert time.monotonic() < deadline, (response.status_code, response.text)
+        time.sleep(0.1)
+    return response
+
+
 def test_healthz_needs_no_key_and_reflects_whether_a_replica_translates(fleet: Fleet) -> None:
     response = requests.get(f"{fleet.door.url}/healthz", timeout=30)
     assert response.status_code == 200 and response.json() == {"status": "Healthy"}
@@ -142,10 +146,36 @@ def test_healthz_needs_no_key_and_reflects_whether_a_replica_translates(fleet: F
     server.client.scale("1.0-int8", 0)  # no worker: nothing can translate, yet TorchServe's /ping ...
     try:
         assert server.client.ping().json()["status"] == "Healthy"  # ... still says Healthy
-        assert_error(requests.get(f"{fleet.door.url}/healthz", timeout=30), 503, "ServiceUnavailable")
+        # Within one cache interval (1 s) plus a probe: a failed probe is never reused.
+        within = fleet.state.front_door.health_cache_s + fleet.state.front_door.probe_window_s
+        assert_error(healthz_until(fleet, 503, within), 503, "ServiceUnavailable")
     finally:
         server.client.scale("1.0-int8", 1)  # one worker is enough for the tests after this one
     assert requests.get(f"{fleet.door.url}/healthz", timeout=30).status_code == 200
+
+
+def test_a_flood_of_health_checks_runs_one_probe_per_interval(fleet: Fleet) -> None:
+    """240 health checks from 8 clients over about 3 s: the replica translates a probe about once a
+    second (a result is reused for 1-2 s: nginx counts cache time in whole seconds), not 240 times."""
+    log = next((fleet.run_dir / "replicas").rglob("access_log.log"))
+
+    def probes() -> int:  # the replica's own log: probes come as HTTP/1.0, client requests as 1.1
+        return log.read_text().count('"POST /predictions/zh_en HTTP/1.0" 200')
+
+    before, began = probes(), time.monotonic()
+
+    def check(_: int) -> int:
+        time.sleep(0.1)
+        return requests.get(f"{fleet.door.url}/healthz", timeout=30).status_code
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        statuses = list(pool.map(check, range(240)))
+    seconds = time.monotonic() - began
+    assert statuses == [200] * 240
+    deadline = time.monotonic() + 5  # TorchServe writes its access log line after the answer
+    while (ran := probes() - before) < seconds / 2 - 1 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert seconds / 2 - 1 <= ran <= seconds / fleet.state.front_door.health_cache_s + 2, (ran, seconds)
 
 
 @pytest.mark.parametrize("client", ["requests", "urllib"])
@@ -166,15 +196,21 @@ def test_an_oversized_body_gets_a_json_413_not_a_reset(fleet: Fleet, key: str, c
 
 
 def test_a_key_over_its_rate_gets_429_with_retry_after_and_others_do_not(fleet: Fleet, key: str) -> None:
+    """3 x BURST requests sent at once: nginx admits BURST + 1, plus RATE (1) for every second the
+    sending takes, however long a translation lasts (they are counted as they arrive)."""
     url = f"{fleet.door.url}/predictions/zh_en"
+    count = 3 * BURST
+    together = threading.Barrier(count)
 
     def post(_: int) -> requests.Response:
+        together.wait()
         return requests.post(url, json={"text": "你好", "max_new_tokens": 1}, headers=bearer(key), timeout=60)
 
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        responses = list(pool.map(post, range(4 * BURST)))
+    with ThreadPoolExecutor(max_workers=count) as pool:
+        responses = list(pool.map(post, range(count)))
     statuses = [response.status_code for response in responses]
     assert statuses.count(200) >= BURST and statuses.count(429) >= BURST, statuses
+    assert statuses.count(200) + statuses.count(429) == count, statuses
     limited = next(response for response in responses if response.status_code == 429)
     assert_error(limited, 429, "TooManyRequests")
     assert limited.headers["Retry-After"] == "1"

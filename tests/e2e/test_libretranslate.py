@@ -1,9 +1,11 @@
-"""LibreTranslate's API at the front door, as its clients speak it: the real libretranslatepy client
-and plain HTTP (JSON, urlencoded and multipart bodies) through real nginx to a real TorchServe.
+"""LibreTranslate's API at the front door, as its clients speak it: the real libretranslatepy and
+deep-translator clients and plain HTTP (JSON, urlencoded and multipart bodies, query strings)
+through real nginx to a real TorchServe.
 
-One real fleet of one tiny replica for what needs a translation; stub replicas (conftest_fleet.py)
-to see exactly what reaches a replica, and for nginx's own errors. The tiny stand-in's words are
-noise, so shapes, statuses and messages are checked, never wording.
+This module's own front door in front of the session's one tiny replica (conftest_fleet.shared_fleet)
+for what needs a translation; stub replicas to see exactly what reaches a replica, and for nginx's
+own errors. The tiny stand-in's words are noise, so shapes, statuses and messages are checked,
+never wording.
 """
 
 from __future__ import annotations
@@ -20,17 +22,20 @@ from typing import Any
 import pytest
 import requests
 import schemathesis
+from deep_translator import LibreTranslator
+from deep_translator.exceptions import AuthorizationException
 from libretranslatepy import LibreTranslateAPI
 
 from handlers.wire.libretranslate import languages_body
 from serving.fleet_keys import KeyStore
-from serving.nginx_conf import FrontDoorConfig
+from serving.front_door import FrontDoor
 from serving.ports import free_port
 from serving.replica_set import Fleet
-from tests.e2e.conftest_fleet import Stub, front_door, one_replica_fleet
+from tests.e2e.conftest_fleet import Stub, front_door, replica_port
 from tests.e2e.test_contract import CHECKS, CONFIG, SPEC_PATH
 
 pytestmark = pytest.mark.e2e
+pytest_plugins = ["tests.e2e.shared_fleet"]  # shared_fleet: one replica for the session
 
 MISSING_KEY = {
     "error": "Please contact the server operator to get an API key "
@@ -44,23 +49,31 @@ FRONT_DOOR_SCHEMA = schemathesis.openapi.from_path(SPEC_PATH, config=CONFIG).inc
 
 
 @pytest.fixture(scope="module")
-def fleet(tiny_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    door = FrontDoorConfig(
-        listen=f"127.0.0.1:{free_port()}", rate_per_second=100, burst=100, probe_timeout_s=2, probe_window_s=3
-    )
-    with one_replica_fleet(tmp_path_factory.mktemp("fleet"), tiny_store, door) as running:
-        yield running
+def door_and_key(
+    shared_fleet: Fleet, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[FrontDoor, str]]:
+    """This module's front door before the session's replica, with one key. Its limits are high:
+    schemathesis sends hundreds of requests from one address with one key."""
+    limits = {"rate_per_second": 100, "burst": 100, "address_rate_per_second": 1000, "address_burst": 1000}
+    run_dir = tmp_path_factory.mktemp("libretranslate-door")
+    port = replica_port(shared_fleet)
+    with front_door(run_dir, [port], probe_timeout_s=2, probe_window_s=3, **limits) as made:
+        made[0].wait_healthy()
+        yield made
 
 
 @pytest.fixture(scope="module")
-def key(fleet: Fleet) -> str:
-    made = KeyStore(fleet.door.paths.keys).add("libretranslate-client")
-    fleet.door.reload()
-    return made
+def door(door_and_key: tuple[FrontDoor, str]) -> FrontDoor:
+    return door_and_key[0]
 
 
-def post(fleet: Fleet, route: str, **kwargs: Any) -> requests.Response:
-    return requests.post(f"{fleet.door.url}{route}", timeout=60, **kwargs)
+@pytest.fixture(scope="module")
+def key(door_and_key: tuple[FrontDoor, str]) -> str:
+    return door_and_key[1]
+
+
+def post(door: FrontDoor, route: str, **kwargs: Any) -> requests.Response:
+    return requests.post(f"{door.url}{route}", timeout=60, **kwargs)
 
 
 def assert_error(response: requests.Response, status: int, error: dict[str, str] | str) -> None:
@@ -71,28 +84,28 @@ def assert_error(response: requests.Response, status: int, error: dict[str, str]
     assert (body == error) if isinstance(error, dict) else (error in body["error"]), body
 
 
-def test_libretranslatepy_translates_detects_and_lists_languages(fleet: Fleet, key: str) -> None:
-    client = LibreTranslateAPI(fleet.door.url, api_key=key)
+def test_libretranslatepy_translates_detects_and_lists_languages(door: FrontDoor, key: str) -> None:
+    client = LibreTranslateAPI(door.url, api_key=key)
     translated = client.translate("汤姆不会同意的。", "zh", "en")
     assert isinstance(translated, str) and translated
     assert client.translate("汤姆不会同意的。", "zh-Hans", "en") == translated
     assert client.detect("汤姆不会同意的。") == [{"confidence": 100.0, "language": "zh-Hans"}]
     assert client.languages() == languages_body()
-    assert LibreTranslateAPI(fleet.door.url).languages() == languages_body()  # no key needed
+    assert LibreTranslateAPI(door.url).languages() == languages_body()  # no key needed
 
 
-def test_libretranslatepy_sees_the_key_errors(fleet: Fleet) -> None:
+def test_libretranslatepy_sees_the_key_errors(door: FrontDoor) -> None:
     for api_key, status, error in ((None, 400, MISSING_KEY), ("zhen_" + "x" * 43, 403, INVALID_KEY)):
         with pytest.raises(urllib.error.HTTPError) as caught:
-            LibreTranslateAPI(fleet.door.url, api_key=api_key).translate("你好", "zh", "en")
+            LibreTranslateAPI(door.url, api_key=api_key).translate("你好", "zh", "en")
         assert caught.value.code == status and json.loads(caught.value.read()) == error
 
 
-def test_json_form_and_multipart_bodies_translate_alike(fleet: Fleet, key: str) -> None:
+def test_json_form_and_multipart_bodies_translate_alike(door: FrontDoor, key: str) -> None:
     fields = {"q": "是那家。", **PAIR, "api_key": key}
-    as_json = post(fleet, "/translate", json=fields)
-    as_form = post(fleet, "/translate", data=fields)
-    as_multipart = post(fleet, "/translate", files={name: (None, value) for name, value in fields.items()})
+    as_json = post(door, "/translate", json=fields)
+    as_form = post(door, "/translate", data=fields)
+    as_multipart = post(door, "/translate", files={name: (None, value) for name, value in fields.items()})
     for response in (as_json, as_form, as_multipart):
         assert response.status_code == 200, response.text
         assert response.headers["Access-Control-Allow-Origin"] == "*"
@@ -100,33 +113,53 @@ def test_json_form_and_multipart_bodies_translate_alike(fleet: Fleet, key: str) 
     assert as_json.json()["translatedText"] == as_multipart.json()["translatedText"]
     assert as_json.json()["standin"] is True and "notice" in as_json.json()  # the stand-in says so
 
-    several = post(fleet, "/translate", json={**fields, "q": ["是那家。", "谢谢！"]}).json()
+    several = post(door, "/translate", json={**fields, "q": ["是那家。", "谢谢！"]}).json()
     assert (
         len(several["translatedText"]) == 2
         and several["translatedText"][0] == as_json.json()["translatedText"]
     )
 
 
-def test_the_key_goes_in_the_body_or_as_a_bearer_token(fleet: Fleet, key: str) -> None:
+def test_the_key_goes_in_the_body_or_as_a_bearer_token(door: FrontDoor, key: str) -> None:
     wrong = "zhen_" + "y" * 43
-    assert post(fleet, "/translate", json={"q": "你好", **PAIR}, headers=bearer(key)).status_code == 200
-    assert post(fleet, "/translate", data={"q": "你好", **PAIR}, headers=bearer(key)).status_code == 200
+    assert post(door, "/translate", json={"q": "你好", **PAIR}, headers=bearer(key)).status_code == 200
+    assert post(door, "/translate", data={"q": "你好", **PAIR}, headers=bearer(key)).status_code == 200
     # The body's key is the one LibreTranslate reads: it decides when both are sent.
-    both = post(fleet, "/translate", json={"q": "你好", **PAIR, "api_key": wrong}, headers=bearer(key))
+    both = post(door, "/translate", json={"q": "你好", **PAIR, "api_key": wrong}, headers=bearer(key))
     assert_error(both, 403, INVALID_KEY)
-    assert_error(post(fleet, "/translate", json={"q": "你好", **PAIR}), 400, MISSING_KEY)
-    assert_error(post(fleet, "/detect", data={"q": "你好", "api_key": wrong}), 403, INVALID_KEY)
-    assert_error(post(fleet, "/detect", data={"q": "你好"}), 400, MISSING_KEY)
-    in_url = post(fleet, f"/translate?api_key={key}", data={"q": "你好", **PAIR})
-    assert_error(in_url, 400, "not in the URL")
+    assert_error(post(door, "/translate", json={"q": "你好", **PAIR}), 400, MISSING_KEY)
+    assert_error(post(door, "/detect", data={"q": "你好", "api_key": wrong}), 403, INVALID_KEY)
+    assert_error(post(door, "/detect", data={"q": "你好"}), 400, MISSING_KEY)
+    # In the query string too, as LibreTranslate reads it (request.values: the query string first).
+    assert post(door, f"/translate?api_key={key}", data={"q": "你好", **PAIR}).status_code == 200
+    query_first = post(door, f"/translate?api_key={wrong}", data={"q": "你好", **PAIR, "api_key": key})
+    assert_error(query_first, 403, INVALID_KEY)
+    # A JSON body is all LibreTranslate reads then: a key in the query string does not count.
+    assert_error(post(door, f"/translate?api_key={key}", json={"q": "你好", **PAIR}), 400, MISSING_KEY)
 
 
-def test_errors_in_libretranslate_words_and_statuses(fleet: Fleet, key: str) -> None:
+def test_deep_translator_sends_everything_in_the_query_string(door: FrontDoor, key: str) -> None:
+    """deep-translator's LibreTranslator (1.11.4, deep_translator/libre.py) POSTs an empty body with
+    q, source, target, format and api_key as query parameters, as LibreTranslate accepts them."""
+    client = LibreTranslator(source="zh", target="en", api_key=key, custom_url=f"{door.url}/")
+    translated = client.translate("汤姆不会同意的。")
+    assert isinstance(translated, str) and translated
+    as_json = post(door, "/translate", json={"q": "汤姆不会同意的。", **PAIR, "api_key": key})
+    assert translated == as_json.json()["translatedText"]
+    # The same limits as a body: over a text's 5,000 characters is the handler's 400.
+    long_text = post(door, "/translate", params={"q": "长" * 5001, **PAIR, "api_key": key})
+    assert_error(long_text, 400, "max_chars_per_text (5000)")
+    wrong = LibreTranslator(source="zh", target="en", api_key="zhen_" + "x" * 43, custom_url=f"{door.url}/")
+    with pytest.raises(AuthorizationException):  # what deep-translator raises on LibreTranslate's 403
+        wrong.translate("你好")
+
+
+def test_errors_in_libretranslate_words_and_statuses(door: FrontDoor, key: str) -> None:
     def translate(**fields: Any) -> requests.Response:
-        return post(fleet, "/translate", json={"api_key": key, **fields})
+        return post(door, "/translate", json={"api_key": key, **fields})
 
     assert_error(translate(source="zh", target="en"), 400, {"error": "Invalid request: missing q parameter"})
-    assert_error(post(fleet, "/detect", data={"api_key": key}), 400, "missing q parameter")
+    assert_error(post(door, "/detect", data={"api_key": key}), 400, "missing q parameter")
     assert_error(translate(q="你好", source="zh", target="fr"), 400, {"error": "fr is not supported"})
     assert_error(
         translate(q="你好", source="zh", target="zh"),
@@ -139,70 +172,87 @@ def test_errors_in_libretranslate_words_and_statuses(fleet: Fleet, key: str) -> 
     # 15,000 characters: 45 KB as multipart, which the front door keeps (a percent-encoded form would
     # be 135 KB, over the replica's 128 KiB): the handler itself answers.
     form = {"q": "长" * 15_000, **PAIR, "api_key": key}
-    long_form = post(fleet, "/translate", files={name: (None, value) for name, value in form.items()})
+    long_form = post(door, "/translate", files={name: (None, value) for name, value in form.items()})
     assert_error(long_form, 400, "max_chars_per_text (5000)")
-    too_big = post(fleet, "/translate", data={"q": "你" * 50_000, **PAIR, "api_key": key})
+    too_big = post(door, "/translate", data={"q": "你" * 50_000, **PAIR, "api_key": key})
     assert_error(too_big, 400, "request body over 128 KiB")
     assert_error(
-        post(fleet, "/translate", data="{", headers={"Content-Type": "application/json"}), 400, "JSON"
+        post(door, "/translate", data="{", headers={"Content-Type": "application/json"}), 400, "JSON"
     )
 
 
-def test_source_auto_answers_the_detected_language(fleet: Fleet, key: str) -> None:
-    one = post(fleet, "/translate", json={"q": "你好。", "source": "auto", "target": "en", "api_key": key})
+def test_source_auto_answers_the_detected_language(door: FrontDoor, key: str) -> None:
+    one = post(door, "/translate", json={"q": "你好。", "source": "auto", "target": "en", "api_key": key})
     assert one.json()["detectedLanguage"] == {"confidence": 100.0, "language": "zh-Hans"}
-    several = post(fleet, "/translate", data={"q": "Hello", "source": "auto", "target": "en", "api_key": key})
+    several = post(door, "/translate", data={"q": "Hello", "source": "auto", "target": "en", "api_key": key})
     assert several.json()["translatedText"] == "Hello"  # no Chinese: copied, as natively
     assert several.json()["detectedLanguage"] == {"confidence": 0.0, "language": "en"}
 
 
-def test_alternatives_pass_through(fleet: Fleet, key: str) -> None:
-    response = post(fleet, "/translate", json={"q": "是那家。", **PAIR, "alternatives": 2, "api_key": key})
+def test_alternatives_pass_through(door: FrontDoor, key: str) -> None:
+    response = post(door, "/translate", json={"q": "是那家。", **PAIR, "alternatives": 2, "api_key": key})
     assert response.status_code == 200, response.text
     body = response.json()
     assert 1 <= len(body["alternatives"]) <= 2 and body["translatedText"] not in body["alternatives"]
-    form = post(fleet, "/translate", data={"q": "是那家。", **PAIR, "alternatives": "2", "api_key": key})
+    form = post(door, "/translate", data={"q": "是那家。", **PAIR, "alternatives": "2", "api_key": key})
     assert form.json()["alternatives"] == body["alternatives"]
-    several = post(fleet, "/translate", json={"q": ["是那家。"], **PAIR, "alternatives": 2, "api_key": key})
+    several = post(door, "/translate", json={"q": ["是那家。"], **PAIR, "alternatives": 2, "api_key": key})
     assert several.json()["alternatives"] == [body["alternatives"]]
     assert (
-        "alternatives" not in post(fleet, "/translate", json={"q": "是那家。", **PAIR, "api_key": key}).json()
+        "alternatives" not in post(door, "/translate", json={"q": "是那家。", **PAIR, "api_key": key}).json()
     )
-    too_many = post(fleet, "/translate", json={"q": "是那家。", **PAIR, "alternatives": 4, "api_key": key})
+    too_many = post(door, "/translate", json={"q": "是那家。", **PAIR, "alternatives": 4, "api_key": key})
     assert_error(too_many, 400, "beam count")
 
 
-def test_keyless_routes_and_cors(fleet: Fleet) -> None:
-    assert requests.get(f"{fleet.door.url}/languages", timeout=30).json() == languages_body()
-    settings = requests.get(f"{fleet.door.url}/frontend/settings", timeout=30).json()
+def test_keyless_routes_and_cors(door: FrontDoor) -> None:
+    assert requests.get(f"{door.url}/languages", timeout=30).json() == languages_body()
+    settings = requests.get(f"{door.url}/frontend/settings", timeout=30).json()
     assert settings["charLimit"] == 5000 and settings["keyRequired"] is True
     for route in ("/translate", "/detect", "/languages"):
-        preflight = requests.options(f"{fleet.door.url}{route}", timeout=30)
+        preflight = requests.options(f"{door.url}{route}", timeout=30)
         assert preflight.status_code == 204
         assert preflight.headers["Access-Control-Allow-Origin"] == "*"
         assert "Authorization" in preflight.headers["Access-Control-Allow-Headers"]
-    assert requests.get(f"{fleet.door.url}/translate", timeout=30).status_code == 405
-    assert requests.post(f"{fleet.door.url}/languages", timeout=30).status_code == 405
+    assert requests.get(f"{door.url}/translate", timeout=30).status_code == 405
+    assert requests.post(f"{door.url}/languages", timeout=30).status_code == 405
 
 
-def test_keys_stay_out_of_every_log_and_file(fleet: Fleet) -> None:
+def test_keys_stay_out_of_every_log_and_file(door: FrontDoor, shared_fleet: Fleet) -> None:
+    """A key in the body, a form, a multipart part or the query string, on requests that succeed and
+    on requests that fail in every place that logs (the gate, njs, the key's rate, the body limit):
+    in no file of the front door or the replica."""
     name = "libretranslate-logged"
-    key = KeyStore(fleet.door.paths.keys).add(name)
-    fleet.door.reload()
-    assert post(fleet, "/translate", json={"q": "你好", **PAIR, "api_key": key}).status_code == 200
-    assert post(fleet, "/translate", data={"q": "你好", **PAIR, "api_key": key}).status_code == 200
-    assert post(fleet, "/detect", files={"q": (None, "你好"), "api_key": (None, key)}).status_code == 200
-    post(fleet, f"/translate?api_key={key}", data={"q": "你好", **PAIR})  # refused, and not logged
-    access_log = (fleet.door.paths.logs / "access.log").read_text()
+    key = KeyStore(door.paths.keys).add(name)
+    door.reload()
+    assert post(door, "/translate", json={"q": "你好", **PAIR, "api_key": key}).status_code == 200
+    assert post(door, "/translate", data={"q": "你好", **PAIR, "api_key": key}).status_code == 200
+    assert post(door, "/detect", files={"q": (None, "你好"), "api_key": (None, key)}).status_code == 200
+    in_query = {"q": "你好", **PAIR, "api_key": key}
+    assert post(door, "/translate", params=in_query).status_code == 200
+    assert post(door, "/translate", params={**in_query, "target": "fr"}).status_code == 400  # the handler's
+    json_type = {"Content-Type": "application/json"}
+    bad_json = post(door, "/translate", params=in_query, data="{", headers=json_type)
+    assert bad_json.status_code == 400  # njs's
+    too_big = post(door, "/translate", params=in_query, data={"q": "你" * 50_000})
+    assert too_big.status_code == 400  # the gate's 413, in LibreTranslate's words
+    too_long = post(door, "/translate", params={**in_query, "q": "你" * 10_000})  # a 90 KB request line
+    assert too_long.status_code == 414 and too_long.json()["type"] == "URITooLong"
+    with ThreadPoolExecutor(max_workers=8) as pool:  # over the key's rate (100/s, bursts of 100): 429s
+        statuses = list(pool.map(lambda _: post(door, "/detect", params=in_query).status_code, range(300)))
+    assert 429 in statuses, statuses
+    access_log = (door.paths.logs / "access.log").read_text()
     assert f"client={name}" in access_log
-    for path in fleet.run_dir.rglob("*"):
-        if path.is_file():
-            assert key.encode() not in path.read_bytes(), path
+    assert "limiting requests" in (door.paths.logs / "error.log").read_text()  # the 429s were logged ...
+    for directory in (door.paths.run_dir, door.paths.worker_dir, shared_fleet.run_dir):
+        for path in directory.rglob("*"):
+            if path.is_file():
+                assert key.encode() not in path.read_bytes(), path  # ... without the key
 
 
 @FRONT_DOOR_SCHEMA.parametrize()
-def test_the_front_door_keeps_the_contract(case: schemathesis.Case[Any], fleet: Fleet, key: str) -> None:
-    case.call_and_validate(base_url=fleet.door.url, headers=bearer(key), checks=CHECKS, timeout=120)
+def test_the_front_door_keeps_the_contract(case: schemathesis.Case[Any], door: FrontDoor, key: str) -> None:
+    case.call_and_validate(base_url=door.url, headers=bearer(key), checks=CHECKS, timeout=120)
 
 
 def test_what_reaches_a_replica_has_no_key(tmp_path: Path) -> None:
