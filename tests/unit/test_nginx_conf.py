@@ -1,0 +1,96 @@
+"""The front door's nginx config as rendered from deploy/nginx/ (serving/nginx_conf.py): every
+placeholder filled from FrontDoorConfig, accepted by `nginx -t`, and the workers' directory where
+they can reach it. The config's behaviour is tested against real nginx in tests/e2e/test_fleet.py,
+test_libretranslate.py and test_front_door_abuse.py."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from serving.front_door import FrontDoor
+from serving.nginx_conf import FrontDoorConfig, FrontDoorPaths, render
+
+# Every number distinct, so each must come from its own field to appear.
+CONFIG = FrontDoorConfig(
+    listen="127.0.0.1:18090",
+    rate_per_second=21,
+    burst=41,
+    health_cache_s=2,
+    connections_per_address=33,
+    address_rate_per_second=43,
+    address_burst=87,
+    header_timeout_s=7,
+    body_timeout_s=8,
+    send_timeout_s=9,
+    keepalive_timeout_s=31,
+    url_limit_kib=48,
+)
+
+
+@pytest.fixture
+def reachable_dir() -> Iterator[Path]:
+    """A run dir every user can reach: pytest's own temp dirs are 0700."""
+    made = Path(tempfile.mkdtemp(prefix="zh_en-nginx-conf-test-"))
+    made.chmod(0o755)
+    yield made
+    shutil.rmtree(made, ignore_errors=True)
+
+
+def rendered(paths: FrontDoorPaths) -> str:
+    return "\n".join(path.read_text() for path in sorted(paths.conf_dir.iterdir()))
+
+
+def test_every_placeholder_is_filled_and_nginx_accepts_the_config(reachable_dir: Path) -> None:
+    door = FrontDoor(FrontDoorPaths(reachable_dir), CONFIG)
+    door.configure([18091, 18092])  # renders, writes keys and upstreams, then runs `nginx -t`
+    text = rendered(door.paths)
+    assert "@@" not in text
+    for line in (
+        "client_header_timeout 7s;",
+        "client_body_timeout 8s;",
+        "send_timeout 9s;",
+        "keepalive_timeout 31s;",
+        "large_client_header_buffers 2 48k;",
+        "limit_conn per_address_conn 33;",
+        "zone=per_address:10m rate=43r/s;",
+        "limit_req zone=per_address burst=87 nodelay;",
+        "zone=per_client:1m rate=21r/s;",
+        "limit_req zone=per_client burst=41 nodelay;",
+        "proxy_cache_valid 200 2s;",
+        "worker_processes auto;",
+        f"server unix:{door.paths.stage_socket};",
+    ):
+        assert line in text, line
+
+
+def test_the_workers_directory_is_where_they_can_reach_it(reachable_dir: Path, tmp_path: Path) -> None:
+    assert FrontDoorPaths(reachable_dir).worker_dir == reachable_dir / "worker"
+    hidden = FrontDoorPaths(tmp_path)  # below /tmp/pytest-of-<user>, mode 0700
+    if os.geteuid() != 0:  # workers run as this user: they reach anything it does
+        assert hidden.worker_dir == tmp_path / "worker"
+        return
+    # Root's workers run as www-data: a directory of their own in the temp dir, the same every time.
+    assert hidden.worker_dir.parent == Path(tempfile.gettempdir())
+    assert hidden.worker_dir == FrontDoorPaths(tmp_path).worker_dir
+    assert hidden.worker_dir != FrontDoorPaths(tmp_path / "other").worker_dir
+    render(CONFIG, hidden)
+    try:
+        assert (hidden.worker_dir.stat().st_mode & 0o777) == 0o700
+        assert hidden.worker_dir.stat().st_uid != 0  # the workers' user owns it
+    finally:
+        shutil.rmtree(hidden.worker_dir)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"listen": "8090"}, {"connections_per_address": 0}, {"header_timeout_s": -1}, {"health_cache_s": 0}],
+)
+def test_a_config_without_a_sensible_number_is_refused(bad: dict[str, object]) -> None:
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        FrontDoorConfig(**bad)  # type: ignore[arg-type]
