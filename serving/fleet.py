@@ -34,7 +34,9 @@ FIRST_KEY = "default"
 def start(args: argparse.Namespace) -> Fleet:
     if (args.dir / "fleet.json").exists() and Fleet.load(args.dir).running():
         raise SystemExit(f"a fleet already runs from {args.dir}: `make fleet-stop` first")
-    door = FrontDoorConfig(listen=args.listen, rate_per_second=args.rate, burst=args.burst)
+    door = FrontDoorConfig(
+        listen=args.listen, rate_per_second=args.rate, burst=args.burst, real_ip_from=args.real_ip_from
+    )
     fleet = Fleet.create(args.dir, args.model_store, args.archive, door)
     keys = KeyStore(fleet.door.paths.keys)
     if not keys.entries():
@@ -116,6 +118,8 @@ def parser() -> argparse.ArgumentParser:
         rate_help = "requests/s per key"
         starting.add_argument("--rate", type=int, default=FrontDoorConfig.rate_per_second, help=rate_help)
         starting.add_argument("--burst", type=int, default=FrontDoorConfig.burst)
+        real_ip_help = "a load balancer's CIDRs, comma-separated: its X-Forwarded-For names the client"
+        starting.add_argument("--real-ip-from", default="", help=real_ip_help)
     add_drain_seconds(run)
     for name in ("stop", "status", "reload", "add-replica"):
         command(name)

@@ -51,13 +51,23 @@ class FrontDoorConfig:
     send_timeout_s: int = 10  # between two writes of the response
     keepalive_timeout_s: int = 30  # an idle connection
     url_limit_kib: int = 64  # the request line: a LibreTranslate query string of 5,000 Chinese characters
+    # A load balancer in front (its addresses, comma-separated CIDRs): its X-Forwarded-For names the
+    # client, for the per-address limits and the access log. Empty: clients connect directly.
+    real_ip_from: str = ""
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[\w.\[\]:-]+:\d+", self.listen):
             raise ValueError(f"listen must be host:port, got {self.listen!r}")
         for name, value in asdict(self).items():
-            if name != "listen" and (not isinstance(value, int) or value < 1):
+            if name not in ("listen", "real_ip_from") and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        for network in self.trusted_networks:
+            if not re.fullmatch(r"[0-9A-Fa-f.:]+(/\d{1,3})?", network):
+                raise ValueError(f"real_ip_from must be addresses or CIDRs, comma-separated, got {network!r}")
+
+    @property
+    def trusted_networks(self) -> list[str]:
+        return [network.strip() for network in self.real_ip_from.split(",") if network.strip()]
 
 
 @dataclass(frozen=True)
@@ -141,6 +151,7 @@ def render(config: FrontDoorConfig, paths: FrontDoorPaths, template_dir: Path = 
         # The gate waits for the stage's whole answer: every try on a replica, then the last read.
         "STAGE_TIMEOUT_S": str(config.retry_window_s + config.read_timeout_s),
         "WORKER_DIR": str(paths.worker_dir),
+        "REAL_IP": _real_ip(config.trusted_networks),
     }
     for sub in (paths.conf_dir, paths.logs, paths.run_dir / "tmp"):
         sub.mkdir(parents=True, exist_ok=True)
@@ -172,6 +183,14 @@ def js_module() -> Path:
         "nginx's njs module (ngx_http_js_module.so) is missing: run `make nginx` "
         "(apt-get install nginx libnginx-mod-http-js)"
     )
+
+
+def _real_ip(networks: list[str]) -> str:
+    if not networks:
+        return "# No load balancer in front (FrontDoorConfig.real_ip_from): the client is the peer."
+    lines = [f"set_real_ip_from {network};" for network in networks]
+    # The last address not one of the balancer's: a client cannot forge its way past the limits.
+    return "\n        ".join([*lines, "real_ip_header X-Forwarded-For;", "real_ip_recursive on;"])
 
 
 def _make_worker_dir(directory: Path) -> None:

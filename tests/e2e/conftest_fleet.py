@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 from serving.fleet_keys import KeyStore
 from serving.front_door import FrontDoor
@@ -83,9 +84,10 @@ def replica_port(fleet: Fleet) -> int:
 
 
 @contextmanager
-def front_door(run_dir: Path, ports: list[int], **config: int) -> Iterator[tuple[FrontDoor, str]]:
+def front_door(run_dir: Path, ports: list[int], **config: Any) -> Iterator[tuple[FrontDoor, str]]:
     """A started front door over `ports` with one client key; yields it and the key."""
-    door = FrontDoor(FrontDoorPaths(run_dir), FrontDoorConfig(listen=f"127.0.0.1:{free_port()}", **config))
+    settings = {"listen": f"127.0.0.1:{free_port()}", **config}
+    door = FrontDoor(FrontDoorPaths(run_dir), FrontDoorConfig(**settings))
     door.configure(ports)
     key = KeyStore(door.paths.keys).add("stub-client")
     door.start()

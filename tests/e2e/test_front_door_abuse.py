@@ -190,6 +190,27 @@ def test_an_address_over_its_rate_is_refused_before_njs_reads_the_body(tmp_path:
     assert other[0] == 400 and "Failed to decode JSON" in other[1]
 
 
+def test_behind_a_load_balancer_its_forwarded_address_is_the_client(tmp_path: Path, stub: Stub) -> None:
+    """With 127.0.0.2 as the balancer (real_ip_from), the per-address rate counts X-Forwarded-For's
+    client; anyone else's X-Forwarded-For is ignored."""
+    broken = {"Content-Type": "application/json"}
+    limits = {"address_rate_per_second": 1, "address_burst": 1}
+    with front_door(tmp_path, [stub.port], real_ip_from="127.0.0.2/32", **limits) as (door, _):
+
+        def statuses(address: str, client: str) -> list[int]:
+            forwarded = {**broken, "X-Forwarded-For": client}
+            return [post_from(address, door, "/translate", b"{", forwarded)[0] for _ in range(4)]
+
+        first = statuses("127.0.0.2", "198.51.100.7")
+        second = statuses("127.0.0.2", "198.51.100.8")  # another client behind the same balancer
+        forged = statuses("127.0.0.3", "198.51.100.9")  # not the balancer: counted as 127.0.0.3 ...
+        again = statuses("127.0.0.3", "198.51.100.10")  # ... whatever it claims
+        access_log = (door.paths.logs / "access.log").read_text()
+    assert first.count(429) >= 2 and second.count(429) >= 2 and 400 in second, (first, second)
+    assert forged.count(429) >= 2 and again == [429] * 4, (forged, again)
+    assert "198.51.100.7 [" in access_log and "198.51.100.9 [" not in access_log
+
+
 class SlowClients:
     """Connections from one loopback address that send their request a byte at a time."""
 

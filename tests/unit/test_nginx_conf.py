@@ -67,6 +67,17 @@ def test_every_placeholder_is_filled_and_nginx_accepts_the_config(reachable_dir:
         f"server unix:{door.paths.stage_socket};",
     ):
         assert line in text, line
+    assert (
+        "set_real_ip_from" not in text.split("server {")[1].split("server {")[0]
+    )  # no balancer: none trusted
+
+
+def test_a_load_balancers_addresses_are_trusted_for_the_client_address(reachable_dir: Path) -> None:
+    door = FrontDoor(FrontDoorPaths(reachable_dir), FrontDoorConfig(real_ip_from="10.0.0.0/16, 10.1.0.5"))
+    door.configure([18091])
+    text = rendered(door.paths)
+    for line in ("set_real_ip_from 10.0.0.0/16;", "set_real_ip_from 10.1.0.5;", "real_ip_recursive on;"):
+        assert line in text, line
 
 
 def test_the_workers_directory_is_where_they_can_reach_it(reachable_dir: Path, tmp_path: Path) -> None:
@@ -89,7 +100,13 @@ def test_the_workers_directory_is_where_they_can_reach_it(reachable_dir: Path, t
 
 @pytest.mark.parametrize(
     "bad",
-    [{"listen": "8090"}, {"connections_per_address": 0}, {"header_timeout_s": -1}, {"health_cache_s": 0}],
+    [
+        {"listen": "8090"},
+        {"connections_per_address": 0},
+        {"header_timeout_s": -1},
+        {"health_cache_s": 0},
+        {"real_ip_from": "10.0.0.0/8; deny all"},
+    ],
 )
 def test_a_config_without_a_sensible_number_is_refused(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError, match=next(iter(bad))):
