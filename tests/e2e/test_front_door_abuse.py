@@ -160,6 +160,32 @@ def test_a_bearer_header_built_to_backtrack_is_read_in_linear_time(
     assert answer.status == 401 and answer.seconds < BUDGET_S, answer
 
 
+def test_malformed_requests_get_json_and_their_keys_stay_out_of_the_logs(
+    door_and_key: tuple[FrontDoor, str],
+) -> None:
+    """Requests nginx refuses while reading the request line or header, which its error log would
+    quote (with a query string's api_key), answered in JSON; the key is in no log."""
+    door, key = door_and_key
+    host, port = door.config.listen.rsplit(":", 1)
+    line = f"POST /translate?api_key={key}".encode()
+    cases = {
+        line + b"&q=\x01 HTTP/1.1\r\nHost: a\r\n\r\n": b'"type": "BadRequest"',
+        line + b" HTTP/1.1\r\nHost: a\r\nX-Long: " + b"a" * 70_000 + b"\r\n\r\n": b"request header line over",
+        line + b"&q=" + b"a" * 70_000 + b" HTTP/1.1\r\nHost: a\r\n\r\n": b'"type": "URITooLong"',
+        line + b" HTTP/9.9\r\nHost: a\r\n\r\n": b"",  # nginx's own 505: not ours to shape
+        b"GARBAGE " + line + b"\r\n\r\n": b'"type": "BadRequest"',
+    }
+    for request, expected in cases.items():
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(request)
+            answer = sock.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 4") or answer.startswith(b"HTTP/1.1 505"), answer[:200]
+        assert expected in answer, answer[:300]
+    time.sleep(0.2)
+    for path in door.paths.logs.iterdir():
+        assert key.encode() not in path.read_bytes(), path
+
+
 def post_from(
     address: str, door: FrontDoor, path: str, body: bytes, headers: dict[str, str]
 ) -> tuple[int, str]:
