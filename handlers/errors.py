@@ -33,3 +33,7 @@ class TooManyProtectedSpans(Refused):
 
 class Unparsable(Refused):
     """A text that is not in the format the request declared (an SRT cue without its timings, say)."""
+
+
+class TooCostly(Refused):
+    """A text whose text stages (splitting, markup, rendering) ran past the request's time budget."""

@@ -89,6 +89,11 @@ class HandlerConfig:
     # Bounds on a request's "glossary": entries, and characters per source or target term.
     max_glossary_entries: int = 256
     max_glossary_chars: int = 100
+    # Time one request's text stages may take: splitting, markup and protection before the model
+    # (plan), rebuilding the texts after it (render), each. Past it the request gets a 422
+    # (TooCostly) and the batch goes on (handlers.text.budget says how it is checked). Every text
+    # within the limits above takes milliseconds (make fuzz measures the worst found).
+    text_budget_ms: int = 2000
 
     def __post_init__(self) -> None:
         if self.variant not in get_args(Variant):
@@ -127,6 +132,7 @@ class HandlerConfig:
         _require(self.max_decode_tokens_per_request >= 1, "max_decode_tokens_per_request must be >= 1")
         _require(self.max_glossary_entries >= 0, "max_glossary_entries must be >= 0")
         _require(self.max_glossary_chars >= 1, "max_glossary_chars must be >= 1")
+        _require(self.text_budget_ms >= 1, "text_budget_ms must be >= 1")
         _require(
             self.glossary_file is None or "/" not in self.glossary_file,
             "glossary_file must be a file name in the archive, not a path",

@@ -13,9 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from handlers.errors import OutOfRange, OverLimit
+from handlers.handler_config import HandlerConfig
 from handlers.model.options import GenerationOptions
 from handlers.model.translator import Translator
 from handlers.sentence_cache import CacheKey, SentenceCache, cache_key
+from handlers.text.budget import Deadline, text_budget
 from handlers.text.documents import Document, plan_document
 from handlers.text.glossary import NO_GLOSSARY, Glossary
 from handlers.text.scripts import check_language
@@ -62,9 +64,11 @@ def plan_request(
         )
     terms = glossary.with_request(dict(request.glossary))
     documents = []
-    for index, text in enumerate(request.texts):
-        check_language(text, f"text {index}" if request.as_list else "text")
-        documents.append(plan_document(text, request.text_format, terms))
+    with text_budget(config.text_budget_ms / 1000, "splitting into sentences and markup") as deadline:
+        for index, text in enumerate(request.texts):
+            deadline.where = f"text {index}" if request.as_list else "text"
+            check_language(text, deadline.where)
+            documents.append(plan_document(text, request.text_format, terms))
     inputs = [sentence for document in documents for sentence in document.model_inputs]
     if len(inputs) > config.max_sentences_per_request:
         raise OverLimit(
@@ -138,11 +142,20 @@ class CachedDecoding:
         return ranked, hits
 
 
-def text_answers(work: RequestWork) -> list[TextAnswer]:
-    """Each text rebuilt around its decoded sentences (outputs and cached filled by decoding)."""
+def text_answers(
+    work: RequestWork, budget_seconds: float = HandlerConfig.text_budget_ms / 1000
+) -> list[TextAnswer]:
+    """Each text rebuilt around its decoded sentences (outputs and cached filled by decoding); raises
+    TooCostly past `budget_seconds`."""
+    with text_budget(budget_seconds, "rebuilding around the translations") as deadline:
+        return _text_answers(work, deadline)
+
+
+def _text_answers(work: RequestWork, deadline: Deadline) -> list[TextAnswer]:
     answers = []
     start = 0
-    for document in work.documents:
+    for index, document in enumerate(work.documents):
+        deadline.where = f"text {index}" if work.request.as_list else "text"
         end = start + len(document.model_inputs)
         rendered = document.render(work.outputs[start:end])
         alternatives = _alternatives(work, document, start) if work.request.options.alternatives else None

@@ -170,8 +170,9 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         return job
 
     def _respond(self, index: int, job: Job) -> ResponseBody:
+        body = self._body(job)  # first: rendering may refuse the request (TooCostly), a 422
         self._set_head(index, job)
-        return self._body(job)
+        return body
 
     def _set_head(self, index: int, job: Job) -> None:
         """Status and headers of request `index` (sent with its first chunk under scheduler: step)."""
@@ -196,7 +197,12 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
             assert job.error is not None
             return error_body(job.protocol, job.error.status, job.error.message, job.error.kind)
         request = job.work.request
-        answers = text_answers(job.work)
+        try:
+            answers = text_answers(job.work, self.translator.config.text_budget_ms / 1000)
+        except Refused as refusal:
+            # Under scheduler: step the status has gone out with the first chunk: the body says it.
+            job.refuse(client_error(refusal))
+            return self._body(job)
         body = native_body(
             answers, request.as_list, request.want_sentences, self.translator.config.max_input_tokens
         )

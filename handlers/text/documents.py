@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal, get_args
 
+from handlers.text.budget import check
 from handlers.text.glossary import NO_GLOSSARY, Glossary
 from handlers.text.markdown import markdown_parts
 from handlers.text.markup import html_segments
@@ -124,6 +125,7 @@ class Document:
                 continue
             rendered: list[tuple[str, bool]] = []
             for sentence in part.sentences:
+                check()
                 if sentence.translatable:
                     output = next(outputs)
                     if part.line_breaks is not None:
@@ -175,6 +177,7 @@ def _run(protected: Protected, wrapped: bool = False, line_breaks: tuple[str, ..
     pieces = split_text(protected.text, line_breaks=not wrapped)
     sentences = []
     for piece in pieces:
+        check()
         if piece.is_sentence:
             masked = mask(piece.text, protected)
             breaks = 0

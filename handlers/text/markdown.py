@@ -23,20 +23,25 @@ matter (+++), which no markdown-it plugin reads, is cut off here before parsing.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from markdown_it import MarkdownIt
+from markdown_it.ruler import RuleOptionsType
 from markdown_it.rules_inline import StateInline
 from markdown_it.token import Token
 from mdit_py_plugins.front_matter import front_matter_plugin
 
+from handlers.text.budget import check
 from handlers.text.glossary import NO_GLOSSARY, Glossary
 from handlers.text.wrapping import LINE_TERMINATOR, Lines, lines_unit, source_lines
 
+# Each line terminator is atomic: "\r\n" is one, never "\r" and then an empty line ending in "\n"
+# (which is the same text read a second way, so an unclosed front matter of n CRLF lines was 2^n
+# tries). A closing "+++" can only start after a "\n" either way, so what matches is unchanged.
 _TOML_FRONT_MATTER = re.compile(
-    r"\A\+\+\+[ \t]*(?:\r\n|\r|\n)(?:[^\r\n]*(?:\r\n|\r|\n))*?\+\+\+[ \t]*(?=[\r\n]|\Z)"
+    r"\A\+\+\+[ \t]*+(?>\r\n|\r|\n)(?:[^\r\n]*+(?>\r\n|\r|\n))*?\+\+\+[ \t]*+(?=[\r\n]|\Z)"
 )
 _EVENTS = "handlers.text.markdown.events"  # the env key under which the tracked rules record
 # Rules whose matches are text to translate, or line ends (the unit's line breaks carry those).
@@ -61,6 +66,7 @@ InlineRule = Callable[[StateInline, bool], bool]
 
 def _tracked(name: str, rule: InlineRule) -> InlineRule:
     def run(state: StateInline, silent: bool) -> bool:
+        check()  # markdown-it's inline loop calls rules over and over: the budget holds inside it
         events: list[_Event] | None = None if silent else state.env.get(_EVENTS)
         if events is None:
             return rule(state, silent)
@@ -87,12 +93,28 @@ def _tracked(name: str, rule: InlineRule) -> InlineRule:
     return run
 
 
+def _checked(rule: Callable[..., Any]) -> Callable[..., Any]:
+    """A block rule that first checks the request's text budget (markdown-it tries every block rule
+    at every line)."""
+
+    def run(*args: Any) -> Any:
+        check()
+        return rule(*args)
+
+    return run
+
+
 def _parser() -> MarkdownIt:
     md = MarkdownIt("commonmark").enable(["table", "strikethrough"]).use(front_matter_plugin)
     md.disable("inline")  # the core rule: blocks only; inline runs per unit, over the source lines
     ruler = md.inline.ruler
     for name, rule in zip(ruler.get_active_rules(), ruler.getRules(""), strict=True):
         ruler.at(name, _tracked(name, rule))
+    block = md.block.ruler
+    for name in block.get_active_rules():
+        found = block.__rules__[block.__find__(name)]
+        options: RuleOptionsType = {"alt": found.alt}  # which rules may end a paragraph: kept
+        block.at(name, _checked(found.fn), options)
     return md
 
 
@@ -107,6 +129,7 @@ def markdown_parts(text: str, glossary: Glossary = NO_GLOSSARY) -> list[str | Li
     parts: list[str | Lines] = []
     position = 0
     for index, token in enumerate(blocks):
+        check()
         if token.type != "inline" or not token.map:
             continue
         cell = blocks[index - 1].type in ("th_open", "td_open")
@@ -137,6 +160,7 @@ def _located(
     assert token.map is not None
     cores: list[tuple[int, int]] = []
     for index, content in enumerate(token.content.split("\n")):
+        check()
         core = content.strip()
         if not core:
             continue
@@ -184,10 +208,11 @@ def _in_source(spans: list[tuple[int, int]], cores: list[tuple[int, int]]) -> li
     first = 0  # spans before it end before this line
     offset = 0  # where this line starts in the joined lines
     for start, end in cores:
+        check()
         length = end - start
         while first < len(spans) and spans[first][1] <= offset:
             first += 1
-        for span_start, span_end in spans[first:]:
+        for span_start, span_end in _from(spans, first):
             if span_start >= offset + length:
                 break
             low, high = max(span_start, offset), min(span_end, offset + length)
@@ -195,6 +220,12 @@ def _in_source(spans: list[tuple[int, int]], cores: list[tuple[int, int]]) -> li
                 out.append((start + low - offset, start + high - offset))
         offset += length + 1
     return out
+
+
+def _from(spans: list[tuple[int, int]], first: int) -> Iterator[tuple[int, int]]:
+    """spans[first:] without the copy (a copy per line made a unit of many lines and spans quadratic)."""
+    for index in range(first, len(spans)):
+        yield spans[index]
 
 
 def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:

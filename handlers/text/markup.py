@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from html.parser import HTMLParser
 
+from handlers.errors import Unparsable
+from handlers.text.budget import check
 from handlers.text.glossary import NO_GLOSSARY, Glossary
 from handlers.text.protection import Protected, protect
 
@@ -51,6 +53,7 @@ def html_segments(html: str, glossary: Glossary = NO_GLOSSARY) -> list[Segment]:
         run_raw.clear()
 
     for kind, raw, tag, attrs in events.cut():
+        check()
         block = kind == "tag" and tag.lstrip("/") not in INLINE
         copied = events.skipping or block or kind in ("comment", "decl", "pi")
         events.track(kind, tag, attrs)
@@ -86,8 +89,14 @@ class _Events(HTMLParser):
 
     def cut(self) -> list[tuple[str, str, str, list[tuple[str, str | None]]]]:
         """Every event with its exact source text: from its offset to the next event's."""
-        self.feed(self.html)
-        self.close()
+        try:
+            self.feed(self.html)
+            self.close()
+        except AssertionError as error:
+            # Python 3.11's _markupbase asserts on some declarations ("<![a"): the client's markup,
+            # not a bug of ours, so a 400 that says where, not a crash that loses the whole batch.
+            line, column = self.getpos()
+            raise Unparsable(f"not HTML: line {line}, column {column + 1}: {error}") from None
         starts = [offset for _, offset, _, _ in self.events] + [len(self.html)]
         return [
             (kind, self.html[start:end], tag, attrs)
@@ -106,6 +115,7 @@ class _Events(HTMLParser):
             self.verbatim.append(tag)
 
     def _record(self, kind: str, tag: str = "", attrs: list[tuple[str, str | None]] | None = None) -> None:
+        check()  # html.parser's loop calls back at every event: the budget holds inside it
         line, column = self.getpos()
         self.events.append((kind, self.line_offsets[line - 1] + column, tag, attrs or []))
 

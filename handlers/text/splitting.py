@@ -26,6 +26,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from handlers.text.budget import check, check_every
+
 PAIRS = {
     "《": "》",
     "〈": "〉",
@@ -48,8 +50,14 @@ ASCII_TERMINATORS = frozenset(".!?;")
 ABBREVIATIONS = frozenset(
     ["Mr", "Mrs", "Ms", "Dr", "Prof", "St", "Jr", "Sr", "vs", "etc", "No", "Vol", "Fig"]
 )
+# A word longer than this is neither an abbreviation nor an initial: _terminates looks no further back.
+_LONGEST_ABBREVIATION = max(map(len, ABBREVIATIONS))
+_ASCII_LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 LINE_BREAK = re.compile(r"\r\n|\n|\r|\u2028|\u2029")
-WRAPPED_LINE = re.compile(r"\s*(?:\r\n|\n|\r|\u2028|\u2029)\s*")
+# A run of whitespace that holds a line break. It may start only where whitespace starts: without
+# the lookbehind, every position of a long run of spaces with no line break would be tried and each
+# try would read to the run's end (quadratic). A match never started inside a run before either.
+WRAPPED_LINE = re.compile(r"(?<!\s)\s*(?:\r\n|\n|\r|\u2028|\u2029)\s*")
 CJK = re.compile(r"[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef]")
 
 
@@ -71,6 +79,7 @@ def split_text(text: str, line_breaks: bool = True) -> list[Piece]:
     pieces: list[Piece] = []
     start = 0
     for match in LINE_BREAK.finditer(text):
+        check()
         pieces += _split_line(text[start : match.start()])
         pieces.append(Piece(match.group(), False))
         start = match.end()
@@ -129,8 +138,9 @@ def _split_line(line: str) -> list[Piece]:
     body = line[len(lead) : len(line) - len(trail)]
     start = 0
     for end in _sentence_ends(body):
+        check()
         sentence = body[start:end]
-        gap_end = end + (len(body[end:]) - len(body[end:].lstrip()))
+        gap_end = _skip_spaces(body, end)
         pieces.append(Piece(sentence, True))
         if gap_end > end:
             pieces.append(Piece(body[end:gap_end], False))
@@ -148,6 +158,7 @@ def _sentence_ends(body: str) -> list[int]:
     ends: list[int] = []
     index = 0
     while index < len(body):
+        check_every(index)
         char = body[index]
         if _quotation_meets_quotation(body, index, inside):
             ends.append(index + 1)
@@ -188,11 +199,29 @@ def _terminates(body: str, index: int) -> bool:
         if following.isdigit():  # 3.5, 1.2.3
             return False
     if char == ".":
-        word = re.search(r"[A-Za-z]+$", body[:index])
+        word = _word_before(body, index)
         # Mr. Smith, Dr. Li, J. K. Rowling: an abbreviation or an initial, not a sentence end.
-        if word and (word.group() in ABBREVIATIONS or (len(word.group()) == 1 and word.group().isupper())):
+        if word in ABBREVIATIONS or (len(word) == 1 and word.isupper()):
             return False
     return True
+
+
+def _word_before(body: str, index: int) -> str:
+    """The ASCII letters that end body[:index] (as `[A-Za-z]+$` reads them: before a last "\\n" too),
+    at most one longer than the longest abbreviation. Walking back a bounded window keeps a line of
+    many "." after one long word linear; a search over body[:index] at every "." was quadratic."""
+    end = index - 1 if index and body[index - 1] == "\n" else index
+    start = end
+    while start > max(end - _LONGEST_ABBREVIATION - 1, 0) and body[start - 1] in _ASCII_LETTERS:
+        start -= 1
+    return body[start:end]
+
+
+def _skip_spaces(body: str, index: int) -> int:
+    """The first offset at or after index that is not whitespace (len(body) if none)."""
+    while index < len(body) and body[index].isspace():
+        index += 1
+    return index
 
 
 def _ends_ascii(body: str, end: int) -> bool:
@@ -200,9 +229,10 @@ def _ends_ascii(body: str, end: int) -> bool:
     following = body[end]
     if CJK.match(following):
         return True
-    rest = body[end:].lstrip()
+    word = _skip_spaces(body, end)
+    after = body[word : word + 1]
     # "e.g. the", "p. 3": a lower-case word or a number after the space continues the sentence.
-    return following.isspace() and not (rest[:1].islower() or rest[:1].isdigit())
+    return following.isspace() and not (after.islower() or after.isdigit())
 
 
 def _opens_pair(body: str, index: int, inside: list[bool]) -> bool:
@@ -214,21 +244,25 @@ def _inside_pairs(body: str) -> list[bool]:
     """For each character: is it strictly inside a matched pair of quotes or brackets?"""
     depth_changes = [0] * (len(body) + 1)
     stack: list[tuple[str, int]] = []
+    # How many of each closer the stack waits for: a closer that matches no opener is then known at
+    # once, where scanning the stack for it was quadratic ("(" x 2,500 then "》" x 2,500).
+    waiting = dict.fromkeys(_PAIR_CLOSERS, 0)
     for index, char in enumerate(body):
+        check_every(index)
         if stack and char == stack[-1][0]:
-            _, opened = stack.pop()
+            _, opened = _pop(stack, waiting)
             depth_changes[opened + 1] += 1
             depth_changes[index] -= 1
         elif char in PAIRS:
-            stack.append((PAIRS[char], index))
+            _push(stack, waiting, PAIRS[char], index)
         elif char == '"':  # straight double quotes pair with the next one
-            stack.append(('"', index))
-        elif char in PAIRS.values() and any(closer == char for closer, _ in stack):
+            _push(stack, waiting, '"', index)
+        elif char in _PAIR_CLOSERS and waiting[char]:
             # A closer that does not match the innermost opener: drop the unmatched openers above it.
             while stack[-1][0] != char:
-                stack.pop()
+                _pop(stack, waiting)
             if stack:
-                _, opened = stack.pop()
+                _, opened = _pop(stack, waiting)
                 depth_changes[opened + 1] += 1
                 depth_changes[index] -= 1
     inside: list[bool] = []
@@ -239,12 +273,34 @@ def _inside_pairs(body: str) -> list[bool]:
     return inside
 
 
+_PAIR_CLOSERS = frozenset(PAIRS.values()) | {'"'}
+
+
+def _push(stack: list[tuple[str, int]], waiting: dict[str, int], closer: str, index: int) -> None:
+    stack.append((closer, index))
+    waiting[closer] += 1
+
+
+def _pop(stack: list[tuple[str, int]], waiting: dict[str, int]) -> tuple[str, int]:
+    closer, opened = stack.pop()
+    waiting[closer] -= 1
+    return closer, opened
+
+
 def _merge_gaps(pieces: list[Piece]) -> list[Piece]:
     """Adjacent gaps (a trailing space, the line break, the next indentation) become one."""
     merged: list[Piece] = []
+    run: list[str] = []  # the gap texts being merged, joined once (adding them one by one was quadratic)
     for piece in pieces:
-        if merged and not piece.is_sentence and not merged[-1].is_sentence:
-            merged[-1] = Piece(merged[-1].text + piece.text, False)
-        else:
-            merged.append(piece)
+        if not piece.is_sentence and run:
+            run.append(piece.text)
+            continue
+        if run:
+            merged[-1] = Piece("".join(run), False)
+            run = []
+        merged.append(piece)
+        if not piece.is_sentence:
+            run = [piece.text]
+    if run:
+        merged[-1] = Piece("".join(run), False)
     return merged

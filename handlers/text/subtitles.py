@@ -38,23 +38,30 @@ from webvtt.vtt import (
 )
 
 from handlers.errors import Unparsable
+from handlers.text.budget import check
 from handlers.text.glossary import NO_GLOSSARY, Glossary
 from handlers.text.wrapping import Lines, lines_unit, source_lines, stripped
 
 SubtitleFormat = Literal["srt", "vtt"]
 
-_SRT_TAG = r"</?[A-Za-z][^<>\r\n]*>|\{\\[^{}\r\n]*\}"  # HTML-like styling, SSA overrides ({\an8})
+_SSA_OVERRIDE = r"\{\\[^{}\r\n]*\}"  # {\an8}
+_SRT_TAG = rf"</?[A-Za-z][^<>\r\n]*>|{_SSA_OVERRIDE}"  # HTML-like styling, SSA overrides
 _VTT_TAG = r"<[^<>\r\n]*>"  # in WebVTT cue text every "<" opens a tag (a literal one is &lt;)
 _DASH = r"[-‐–—](?!\d)[ \t]*"  # a dialogue dash, not a minus sign
 TAGS = {"srt": re.compile(_SRT_TAG), "vtt": re.compile(_VTT_TAG)}
 DIALOGUE_DASH = re.compile(_DASH)
-# A cue line that opens (after any tags) with a dash or a voice is a new speaker.
-_NEW_SPEAKER = re.compile(rf"(?:{_SRT_TAG}|{_VTT_TAG})*?(?:<v[\s.>]|{_DASH})")
+# A cue line that opens (after any tags) with a dash or a voice is a new speaker. The tags are
+# those of either format: _VTT_TAG reads every HTML-like SRT tag too, so the two are not both tried
+# (a run of n tags that each could read two ways was 2^n tries: 40 "<b>" took hours), and each
+# tag ends at its first ">" or "}", so a run of tags splits one way only.
+_NEW_SPEAKER = re.compile(rf"(?:{_VTT_TAG}|{_SSA_OVERRIDE})*?(?:<v[\s.>]|{_DASH})")
 _CONTENT = 5  # SRT_REGEX's group for a cue's text
 # srt takes a block whose arrow is mistyped ("->") as more text of the cue above: say so instead.
 _MAX_DIGITS = 32
 _LONG_DIGITS = re.compile(rf"[0-9]{{{_MAX_DIGITS + 1},}}")
-_TIMINGS_IN_TEXT = re.compile(r"[ \t]*\d+:\d+:\d+[,.]\d+[ \t]*-*[ \t]*>")
+# Possessive: the spaces around the dashes read one way only (two [ \t]* around an empty -* could
+# split a long run of spaces every way, quadratic in its length).
+_TIMINGS_IN_TEXT = re.compile(r"[ \t]*+\d++:\d++:\d++[,.]\d++[ \t]*+-*+[ \t]*+>")
 _EXPECTED_SRT = 'a cue (a number, then timings like "00:00:01,000 --> 00:00:04,000", then its text)'
 _EXPECTED_VTT = (
     'a cue (timings like "00:00:01.000 --> 00:00:04.000", then its text) or a NOTE, STYLE or REGION block'
@@ -68,6 +75,7 @@ def subtitle_parts(text: str, kind: SubtitleFormat, glossary: Glossary = NO_GLOS
     parts: list[str | Lines] = []
     position = 0
     for start, end in cue_texts:
+        check()
         for unit in _units(text, start, end, kind, glossary):
             parts += [text[position : unit.start], unit]
             position = unit.end
@@ -79,6 +87,7 @@ def _units(text: str, start: int, end: int, kind: SubtitleFormat, glossary: Glos
     """A cue text's units: runs of non-blank lines, a new one at each new speaker."""
     unit: list[tuple[int, int]] = []
     for line in source_lines(text, start, end):
+        check()
         core = stripped(text, line)
         if unit and (core[0] == core[1] or _NEW_SPEAKER.match(text, *core)):
             yield _unit(text, unit, kind, glossary)
@@ -95,6 +104,7 @@ def _unit(text: str, lines: list[tuple[int, int]], kind: SubtitleFormat, glossar
         # A dialogue dash opens the line, after any tags: "{\an8}- 你好".
         opening = start
         while tag := TAGS[kind].match(text, opening, end):
+            check()
             opening = tag.end()
         dash = DIALOGUE_DASH.match(text, opening, end)
         if dash:
@@ -141,6 +151,7 @@ def _vtt_cue_texts(text: str) -> list[tuple[int, int]]:
     blocks = _blocks(text, lines)
     next(blocks)  # the header: WEBVTT and its metadata lines
     for block in blocks:
+        check()
         block_lines = [text[start:end] for start, end in block]
         if WebVTTCueBlock.is_valid(block_lines):
             timings = 0 if WebVTTCueBlock.CUE_TIMINGS_PATTERN.match(block_lines[0]) else 1
@@ -170,6 +181,7 @@ def _blocks(text: str, lines: list[tuple[int, int]]) -> Iterator[list[tuple[int,
     block: list[tuple[int, int]] = []
     in_header = True
     for line in lines:
+        check()
         content = text[slice(*line)]
         arrow_starts = (
             bool(block)

@@ -18,12 +18,15 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from handlers.text.budget import check
 from handlers.text.glossary import NO_GLOSSARY, Glossary
 from handlers.text.protection import Protected, protect
 
 # The line terminators of SRT, WebVTT and CommonMark (not U+2028, which none of them breaks at).
 LINE_TERMINATOR = re.compile(r"\r\n|\r|\n")
-_ANY_LINE_BREAK = re.compile(r"\s*(?:\r\n|\n|\r|\u2028|\u2029)\s*")
+# Starts only where whitespace starts (see splitting.WRAPPED_LINE: else a long run of spaces with no
+# line break is read to its end from each of its positions).
+_ANY_LINE_BREAK = re.compile(r"(?<!\s)\s*(?:\r\n|\n|\r|\u2028|\u2029)\s*")
 _SPACES = re.compile(r"[ \t\u3000]+")
 _HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _BETWEEN_HAN = re.compile(f"(?<=[{_HAN}])(?=[{_HAN}])")
@@ -79,11 +82,13 @@ def lines_unit(
     spans = sorted(markup)
     next_span = 0
     for index, (start, end) in enumerate(lines):
+        check()
         if index:
             breaks.append(source[lines[index - 1][1] : start])
             protected.text += "\n"
         position = start
         while next_span < len(spans) and spans[next_span][0] < end:
+            check()
             span_start, span_end = spans[next_span]
             next_span += 1
             if position <= span_start and span_end <= end:
@@ -105,6 +110,7 @@ def wrap(translation: str, breaks: int, spans: Sequence[str] = ()) -> str:
     chosen: list[tuple[int, int]] = []
     first = 0  # the first cut after the last one chosen
     for line in range(1, breaks + 1):
+        check()
         if first >= len(cuts):
             break
         # Leave a cut for every line still to come, as far as there are cuts.

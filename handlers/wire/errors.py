@@ -9,6 +9,7 @@ from handlers.errors import (
     OutOfRange,
     OverLimit,
     Refused,
+    TooCostly,
     TooManyProtectedSpans,
     Unparsable,
     UnsupportedLanguage,
@@ -20,7 +21,10 @@ STATUS_OF_REFUSAL: dict[type[Refused], int] = {
     OutOfRange: 422,
     TooManyProtectedSpans: 400,
     Unparsable: 400,
+    TooCostly: 422,
 }
+# The JSON "type" of a refusal that a client may want to tell apart (others are "InvalidRequest").
+TYPE_OF_REFUSAL: dict[type[Refused], str] = {TooCostly: "TooCostly"}
 
 
 class InvalidRequest(Exception):
@@ -53,5 +57,7 @@ def client_error(refusal: Refused) -> InvalidRequest:
     """The HTTP error for a domain refusal (the most specific kind in the table wins)."""
     for kind in type(refusal).__mro__:
         if kind in STATUS_OF_REFUSAL:
-            return InvalidRequest(refusal.message, status=STATUS_OF_REFUSAL[kind])
+            error = InvalidRequest(refusal.message, status=STATUS_OF_REFUSAL[kind])
+            error.kind = TYPE_OF_REFUSAL.get(kind, error.kind)
+            return error
     raise TypeError(f"no HTTP status for {type(refusal).__name__}") from refusal

@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 from ts.context import Context
 
+from handlers.errors import TooCostly
+from handlers.pipeline import text_answers
 from handlers.zh_en_handler import TranslationHandler
-from tests.handler_context import make_context
+from tests.handler_context import initialized_handler, make_context
 
 
 def run(
@@ -117,3 +119,47 @@ def test_an_idle_worker_trims_its_heap_once_and_not_between_calls(
     assert trims == []
     time.sleep(2.5)
     assert trims == [1]
+
+
+# One sentence with 600 inline tags, 5,000 characters: tens of milliseconds to split and protect.
+MARKED_UP = "<p>" + "<b>你</b>" * 624 + "。"
+
+
+def test_a_request_past_the_text_budget_gets_422_and_its_batch_is_answered(tiny_model_dir: Path) -> None:
+    handler = TranslationHandler()
+    handler.initialize(make_context(tiny_model_dir, "int8", 1, text_budget_ms=5))
+    batch: list[dict[str, Any]] = [
+        {"body": {"text": "你好。", "num_beams": 1}},
+        {"body": {"text": [MARKED_UP] * 4, "format": "html", "num_beams": 1}},
+        {"body": {"text": "谢谢。", "format": "html", "num_beams": 1}},
+    ]
+    responses, context = run(handler, tiny_model_dir, batch)
+    assert [context.get_response_status(i)[0] for i in range(len(batch))] == [200, 422, 200]
+    assert responses[1]["type"] == "TooCostly"
+    assert "is too costly to process" in responses[1]["message"]
+    assert "5 ms budget (text_budget_ms)" in responses[1]["message"]
+    assert responses[0]["stats"]["translated"] == 1 and responses[2]["stats"]["translated"] == 1
+
+
+def test_rendering_past_the_text_budget_is_a_422_for_that_request_only(tiny_model_dir: Path) -> None:
+    """Rendering has its own budget: a request planned in time can still be refused at the end."""
+    wide = {"max_texts_per_request": 16, "max_chars_per_request": 80_000}
+    planner = initialized_handler(tiny_model_dir, text_budget_ms=60_000, **wide)
+    renderer = initialized_handler(tiny_model_dir, text_budget_ms=1, **wide)
+    jobs = planner.preprocess(
+        [
+            # 16 sentences of 624 protected spans each: milliseconds to put back together.
+            {"body": {"text": [MARKED_UP] * 16, "format": "html", "num_beams": 1}},
+            {"body": {"text": "谢谢。", "num_beams": 1}},
+        ]
+    )
+    renderer.context = context = make_context(tiny_model_dir, "int8", 2)
+    decoded = renderer.inference(jobs)
+    assert jobs[0].work is not None
+    with pytest.raises(TooCostly, match="text 0 is too costly to process: its rebuilding"):
+        text_answers(jobs[0].work, 0.0)  # a budget spent at once: refused whatever the machine's speed
+    responses = renderer.postprocess(decoded)
+    assert [context.get_response_status(i)[0] for i in range(2)] == [422, 200]
+    assert responses[0]["type"] == "TooCostly"
+    assert "rebuilding around the translations" in responses[0]["message"]
+    assert isinstance(responses[1]["translation"], str)
