@@ -160,6 +160,7 @@ def _bodies(size: int) -> Iterator[tuple[str, str]]:
     yield "unclosed quotations", fill("“你好。", size)
     yield "unclosed brackets then closers", fill("（", half, head="你") + fill("）", size - half)
     yield "openers then one closer", fill("《你", size - 1) + "》"
+    yield "openers then closers of another pair", fill("(", half, head="你") + fill("》", size - half)
     yield "straight quotes around terminators", fill('"a." ', size, head="你")
 
 
@@ -197,6 +198,13 @@ def _format_shapes(size: int) -> Iterator[Case]:
     yield Case("srt", "srt: arrows without timings", fill("-->", size, head=SRT_CUE + "你好\n"))
     yield Case("srt", "srt: timings-like lines", fill("1:1:1,1 ", size, head=SRT_CUE + "你好\n"))
     yield Case("srt", "srt: blank lines", fill("\n", size, head=SRT_CUE + "你好\n"))
+    yield Case("srt", "srt: blank lines, then no cue", fill("\n", size - 1, tail="x"))
+    yield Case("srt", "srt: a cue number and a time, then spaces", fill(" ", size, head="1\n00:00:01,000\n"))
+    yield Case(
+        "srt",
+        "srt: timings then spaces in a cue",
+        fill(" ", size - 1, head=SRT_CUE + "你好\n1:1:1,1", tail="x"),
+    )
     yield Case("srt", "srt: crlf lines", fill("a\r\n", size, head=SRT_CUE.replace("\n", "\r\n") + "你好\r\n"))
     yield Case("vtt", "vtt: many cues", (VTT_HEADER + (VTT_CUE + "你好\n\n") * (size // 30))[:size])
     yield Case("vtt", "vtt: arrows", fill("-->\n", size, head=VTT_HEADER))

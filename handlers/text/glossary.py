@@ -31,11 +31,8 @@ class Glossary:
     pattern: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        # Longest first: at one position the alternation takes the first that matches.
-        ordered = sorted(self.terms, key=lambda term: (-len(term), term))
-        object.__setattr__(
-            self, "pattern", re.compile("|".join(map(re.escape, ordered))) if ordered else None
-        )
+        pattern = _longest_first(_trie(self.terms)) if self.terms else None
+        object.__setattr__(self, "pattern", re.compile(pattern) if pattern is not None else None)
 
     def __bool__(self) -> bool:
         return bool(self.terms)
@@ -49,6 +46,34 @@ class Glossary:
 
 
 NO_GLOSSARY = Glossary()
+
+_Trie = dict[str, "_Trie"]
+_END = ""  # the key that marks a term's last character in the trie
+
+
+def _trie(terms: Iterable[str]) -> _Trie:
+    root: _Trie = {}
+    for term in terms:
+        node = root
+        for char in term:
+            node = node.setdefault(char, {})
+        node[_END] = {}
+    return root
+
+
+def _longest_first(node: _Trie) -> str:
+    """A pattern that matches, at a position, the longest term there: each character once, as a trie.
+
+    A flat alternation of the terms, longest first, tried every term at every position of the text
+    (256 terms of up to 100 characters: 47 ms over 5,000 letters "a" that begin most of them); the
+    trie reads each character once per position, and its optional tails are greedy, so it takes the
+    longest term that matches there, as the alternation did.
+    """
+    branches = [re.escape(char) + _longest_first(child) for char, child in sorted(node.items()) if char]
+    if not branches:
+        return ""
+    body = branches[0] if len(branches) == 1 else f"(?:{'|'.join(branches)})"
+    return f"(?:{body})?" if _END in node else body
 
 
 def load_tsv(path: Path, max_chars: int) -> Glossary:

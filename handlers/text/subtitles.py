@@ -61,6 +61,7 @@ _MAX_DIGITS = 32
 _LONG_DIGITS = re.compile(rf"[0-9]{{{_MAX_DIGITS + 1},}}")
 # Possessive: the spaces around the dashes read one way only (two [ \t]* around an empty -* could
 # split a long run of spaces every way, quadratic in its length).
+_NON_SPACE = re.compile(r"\S")
 _TIMINGS_IN_TEXT = re.compile(r"[ \t]*+\d++:\d++:\d++[,.]\d++[ \t]*+-*+[ \t]*+>")
 _EXPECTED_SRT = 'a cue (a number, then timings like "00:00:01,000 --> 00:00:04,000", then its text)'
 _EXPECTED_VTT = (
@@ -115,30 +116,56 @@ def _unit(text: str, lines: list[tuple[int, int]], kind: SubtitleFormat, glossar
 def _srt_cue_texts(text: str) -> list[tuple[int, int]]:
     bom = 1 if text.startswith("\ufeff") else 0  # srt accepts a BOM only right before a cue
     # SRT_REGEX backtracks polynomially over long digit runs it cannot match (5,000 digits took
-    # minutes, and TorchServe killed the worker); at most 32 digits keep parse() under 0.2 s.
+    # minutes, and TorchServe killed the worker); at most 32 digits keep it linear.
     run = _LONG_DIGITS.search(text)
     if run is not None:
         raise Unparsable(
             f"not SRT: {_where(text, run.start())}: a run of more than {_MAX_DIGITS} digits, "
             "which no cue number, timing or subtitle needs"
         )
-    try:
-        cues = sum(1 for _ in srt.parse(text[bom:]))
-    except srt.SRTParseError as error:
-        unmatched = error.unmatched_content
-        at = bom + error.expected_start + len(unmatched) - len(unmatched.lstrip())
-        raise Unparsable(
-            f"not SRT: {_where(text, at)}: expected {_EXPECTED_SRT}, got {_line_at(text, at)!r}"
-        ) from None
-    spans = [match.span(_CONTENT) for match in srt.SRT_REGEX.finditer(text, bom)]
-    assert len(spans) == cues  # parse() runs this very pattern
+    spans, unmatched = _srt_cues(text, bom)
+    if unmatched is not None:
+        at = _first_non_space(text, unmatched)
+        raise Unparsable(f"not SRT: {_where(text, at)}: expected {_EXPECTED_SRT}, got {_line_at(text, at)!r}")
     for start, end in (line for span in spans for line in source_lines(text, *span)):
+        check()
         if _TIMINGS_IN_TEXT.match(text, start, end):
             raise Unparsable(
                 f"not SRT: {_where(text, start)}: cue timings inside the text of the cue above, "
                 f'got {text[start:end][:60]!r}: is its arrow ("-->"), number or blank line amiss?'
             )
     return spans
+
+
+def _srt_cues(text: str, start: int) -> tuple[list[tuple[int, int]], int | None]:
+    """Each cue's text span as srt.parse(text[start:]) reads the file, and where the first bytes that
+    no cue explains start (None: there are none).
+
+    srt.parse() runs SRT_REGEX.finditer() and refuses any gap between two matches. Where no cue
+    matches, finditer tries every later position, and SRT_REGEX opens with \\s*: each position of a
+    long run of whitespace read the run to its end (5,000 blank lines took 0.6 s). Trying the one
+    position where the next cue must start finds the same cues and the same first gap: a cue
+    found further on after nothing but whitespace would have matched here already (its \\s* takes
+    that whitespace too). srt lets the file open with whitespace, or with one more BOM, before a cue.
+    """
+    spans: list[tuple[int, int]] = []
+    position = start
+    while position < len(text):
+        check()
+        cue = srt.SRT_REGEX.match(text, position)
+        if cue is None and position == start and text.startswith("\ufeff", start):
+            cue = srt.SRT_REGEX.match(text, start + 1)
+        if cue is None:
+            rest = text[position:]
+            return spans, None if position == start and (rest.isspace() or rest == "\ufeff") else position
+        spans.append(cue.span(_CONTENT))
+        position = cue.end()
+    return spans, None
+
+
+def _first_non_space(text: str, offset: int) -> int:
+    found = _NON_SPACE.search(text, offset)
+    return found.start() if found else len(text)
 
 
 def _vtt_cue_texts(text: str) -> list[tuple[int, int]]:
