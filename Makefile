@@ -10,13 +10,14 @@ CONFIG := config/config.properties
 
 STRICT_FLAG := $(if $(filter 1,$(STRICT)),--strict,)
 
-.PHONY: help venv java nginx archives serve stop test lint bench bench-quick bench-check layout soak swap fleet fleet-stop image image-test clean
+.PHONY: help venv java nginx archives serve stop test lint bench bench-quick bench-check layout soak fuzz swap fleet fleet-stop image image-test clean
 
 help:
 	@echo "make serve   build the archives (MODEL=hub id|dir|synthetic, STRICT=1) and start TorchServe"
 	@echo "make stop    stop TorchServe"
 	@echo "make test    lint, type-check, unit and end-to-end tests: the quick loop (make lint: only the first two)"
 	@echo "make soak    minutes of load, swaps and faults on real servers; make bench-check: the bench harness's smoke runs"
+	@echo "make fuzz    the text stages' worst inputs (adversarial + Hypothesis): bench/results/fuzz.json, fails over budget"
 	@echo "make bench   quality, latency ladder, load and scheduler benchmarks, report with plots"
 	@echo "make layout  measure workers x threads x batch x row budget, print the winning model config"
 	@echo "make swap TO=1.0-fp32   zero-downtime switch of the default version"
@@ -96,6 +97,11 @@ bench-quick: archives java $(DEV)
 # study kept as a tool (bench/studies/README.md); writes bench/studies/results/layout.{json,md,png}.
 layout: $(DEV) java
 	$(BIN)/python -m bench.studies.layout --model $(MODEL) $(STRICT_FLAG)
+
+# A bounded cost campaign over every text entry point, in process (no server): about 20 s on
+# 2 cores. make test runs a short one (tests/unit/test_text_cost.py).
+fuzz: $(DEV)
+	$(BIN)/python -m tests.fuzz_text
 
 soak: $(DEV) java nginx
 	$(BIN)/python -m pytest -q -m soak --durations=10

@@ -21,7 +21,19 @@ def test_shipped_model_configs_parse(variant: str) -> None:
     raw = yaml.safe_load((REPO_ROOT / "config" / f"zh_en_{variant}.yaml").read_text())
     config = HandlerConfig.from_mapping(raw["handler"])
     assert config.variant == variant
-    assert raw["batchSize"] >= 1 and raw["minWorkers"] >= 1
+    # Every key the yaml sets is what the handler reads, and the worker layout is the measured one
+    # (2 workers x 1 thread, batches of 16 within 5 ms: make layout on a 2-vCPU host).
+    assert {key: getattr(config, key) for key in raw["handler"]} == raw["handler"]
+    assert (raw["minWorkers"], raw["maxWorkers"], raw["batchSize"], raw["maxBatchDelay"]) == (2, 2, 16, 5)
+    assert config.text_budget_ms == 2000  # not set there: the default, documented in docs/API.md
+
+
+def test_text_budget_is_a_positive_number_of_milliseconds() -> None:
+    assert HandlerConfig.from_mapping({"text_budget_ms": 250}).text_budget_ms == 250
+    with pytest.raises(ConfigError, match="text_budget_ms must be >= 1"):
+        HandlerConfig.from_mapping({"text_budget_ms": 0})
+    with pytest.raises(ConfigError, match="text_budget_ms"):
+        HandlerConfig.from_mapping({"text_budget_ms": 2.5})
 
 
 def test_unknown_key_is_rejected_and_named() -> None:
