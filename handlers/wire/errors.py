@@ -23,8 +23,6 @@ STATUS_OF_REFUSAL: dict[type[Refused], int] = {
     Unparsable: 400,
     TooCostly: 422,
 }
-# The JSON "type" of a refusal that a client may want to tell apart (others are "InvalidRequest").
-TYPE_OF_REFUSAL: dict[type[Refused], str] = {TooCostly: "TooCostly"}
 
 
 class InvalidRequest(Exception):
@@ -57,7 +55,5 @@ def client_error(refusal: Refused) -> InvalidRequest:
     """The HTTP error for a domain refusal (the most specific kind in the table wins)."""
     for kind in type(refusal).__mro__:
         if kind in STATUS_OF_REFUSAL:
-            error = InvalidRequest(refusal.message, status=STATUS_OF_REFUSAL[kind])
-            error.kind = TYPE_OF_REFUSAL.get(kind, error.kind)
-            return error
+            return InvalidRequest(refusal.message, status=STATUS_OF_REFUSAL[kind])
     raise TypeError(f"no HTTP status for {type(refusal).__name__}") from refusal
