@@ -143,7 +143,7 @@ def test_a_request_past_the_text_budget_gets_422_and_its_batch_is_answered(tiny_
 
 def test_rendering_past_the_text_budget_is_a_422_for_that_request_only(tiny_model_dir: Path) -> None:
     """Rendering has its own budget: a request planned in time can still be refused at the end."""
-    wide = {"max_texts_per_request": 16, "max_chars_per_request": 80_000}
+    wide: dict[str, Any] = {"max_texts_per_request": 16, "max_chars_per_request": 80_000}
     planner = initialized_handler(tiny_model_dir, text_budget_ms=60_000, **wide)
     renderer = initialized_handler(tiny_model_dir, text_budget_ms=1, **wide)
     jobs = planner.preprocess(
@@ -160,5 +160,6 @@ def test_rendering_past_the_text_budget_is_a_422_for_that_request_only(tiny_mode
         text_answers(jobs[0].work, 0.0)  # a budget spent at once: refused whatever the machine's speed
     responses = renderer.postprocess(decoded)
     assert [context.get_response_status(i)[0] for i in range(2)] == [422, 200]
+    assert isinstance(responses[0], dict) and isinstance(responses[1], dict)
     assert "is too costly to process: its rebuilding around the translations" in responses[0]["message"]
     assert isinstance(responses[1]["translation"], str)
