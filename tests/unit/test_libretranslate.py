@@ -21,7 +21,7 @@ from handlers.wire.libretranslate import Call
 from handlers.wire.parsing import parse_request, read_body
 from handlers.wire.protocols import Envelope, answer_at_once, detect, error_body, error_status, wrap_response
 from handlers.zh_en_handler import TranslationHandler
-from tests.handler_context import make_context
+from tests.handler_context import initialized_handler, make_context
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = HandlerConfig(max_texts_per_request=3, max_chars_per_text=20, max_new_tokens=50)
@@ -207,3 +207,21 @@ def test_a_batch_answers_libretranslate_beside_the_other_protocols(
     assert "max_texts_per_request" in responses[6]["error"]
     assert responses[7] == {"error": "Invalid request: missing q parameter"}
     json.dumps(responses)
+
+
+def test_a_request_past_the_text_budget_is_libretranslates_400_and_the_batch_is_answered(
+    tiny_model_dir: Path,
+) -> None:
+    budgeted = initialized_handler(tiny_model_dir, text_budget_ms=5)
+    marked_up = "<p>" + "<b>你</b>" * 624 + "。"  # 5,000 characters: tens of ms to split and protect
+    batch: list[dict[str, Any]] = [
+        form_item(q="你好。", source="auto", target="en"),
+        {"body": lt(q=[marked_up] * 4, format="html", libretranslate="translate")},
+        form_item("detect", q="你好。"),
+    ]
+    context = make_context(tiny_model_dir, "int8", len(batch))
+    responses = budgeted.handle(batch, context)
+    assert [context.get_response_status(i)[0] for i in range(len(batch))] == [200, 400, 200]
+    assert set(responses[1]) == {"error"} and "text 0 is too costly to process" in responses[1]["error"]
+    assert isinstance(responses[0]["translatedText"], str)
+    assert responses[2] == [{"confidence": 100.0, "language": "zh-Hans"}]
