@@ -38,7 +38,6 @@ from serving.replica_set import Fleet
 from serving.torchserve import TorchServe
 
 TEXTS = ["汤姆不会同意的。", "我要看病。", "那个穿棕色大衣的女人是谁？", "如果今天是星期日，我會去釣魚。"]
-UNLIMITED = {"rate_per_second": 100_000, "burst": 100_000}
 say = Progress("fleet_faults")
 
 
@@ -235,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     options = {"num_beams": args.num_beams, "max_new_tokens": args.max_new_tokens}
     result: dict[str, Any] = {"replicas": args.replicas, "concurrency": args.concurrency, "options": options}
     with tempfile.TemporaryDirectory(prefix="zh_en_fleet_") as workdir:
-        door = FrontDoorConfig(listen=f"127.0.0.1:{free_port()}", **UNLIMITED)
+        # The key rate is lifted: this measures availability under faults, not the rate limit.
+        door = FrontDoorConfig(listen=f"127.0.0.1:{free_port()}", rate_per_second=100_000, burst=100_000)
         fleet = Fleet.create(Path(workdir), args.model_store, door=door)
         try:
             say(f"starting {args.replicas} replicas behind nginx ...")
