@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from handlers.text.documents import plan_document
 from handlers.text.markup import html_segments
 from handlers.text.protection import mask, protect, restore
+from tests.examples import examples
 
 
 def echo(inputs: list[str]) -> list[str]:
@@ -156,7 +157,7 @@ HTML_PARTS = st.sampled_from(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(HTML_PARTS, max_size=25).map("".join))
 def test_html_segments_cover_the_input_exactly(html: str) -> None:
     assert "".join(segment.raw for segment in html_segments(html)) == html
@@ -166,7 +167,7 @@ def test_html_segments_cover_the_input_exactly(html: str) -> None:
     assert len(untouched.pairs) == sum(1 for _ in document.sentences())
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text(alphabet=st.sampled_from(list("你好。！ \n{}%sd$1<b>/:.@ZXhtps")), max_size=60))
 def test_plain_text_round_trip_with_an_echo_model(text: str) -> None:
     document = plan_document(text)

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from handlers.zh_en_handler import TranslationHandler
 from tests.adversarial import cases
+from tests.examples import examples
 from tests.handler_context import make_context
 
 json_scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20)
@@ -56,7 +57,7 @@ bodies = st.one_of(
 items = bodies.map(lambda body: {"body": body}) | st.just({"nothing": "here"})
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batch=st.lists(items, min_size=1, max_size=4))
 def test_any_batch_gets_one_2xx_or_4xx_per_request(
     fuzz_handler: TranslationHandler, tiny_model_dir: Path, batch: list[dict[str, Any]]

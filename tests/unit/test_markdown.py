@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from handlers.text.documents import plan_document
 from handlers.text.glossary import Glossary
 from handlers.text.markdown import markdown_parts
+from tests.examples import examples
 from tests.unit.round_trip import chinese_left, lines_of, marked, skeleton, translated, untranslated
 
 TEXT = ["你好", "世界。", "今天天气很好，", "我们去公园！", "Hello", "world.", "3.5", "{name}", "%s"]
@@ -105,14 +106,14 @@ def markdown_documents(draw: st.DrawFn) -> tuple[str, list[str]]:
     return text.replace("\n", eol), [atom.replace("\n", eol) for atom in atoms]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(markdown_documents())
 def test_untranslated_markdown_gives_the_document_back_byte_for_byte(document: tuple[str, list[str]]) -> None:
     text, _ = document
     assert untranslated(plan_document(text, "markdown")) == text
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(markdown_documents())
 def test_a_translation_changes_the_text_and_nothing_else(document: tuple[str, list[str]]) -> None:
     text, atoms = document

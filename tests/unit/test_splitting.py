@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from bench.splitter_cases import HARD_CASES
 from handlers.text.splitting import join_sentences, sentences_of, split_text
+from tests.examples import examples
 
 
 @pytest.mark.parametrize(("text", "expected"), HARD_CASES)
@@ -36,7 +37,7 @@ def test_untranslated_neighbours_get_no_space() -> None:
 ALPHABET = st.sampled_from(list("你好世界。！？；…，、.!?; \n\r\t《》「」“”（）()\"'3.5abcXZ\u3000\u2028"))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.text(alphabet=ALPHABET, max_size=80) | st.text(max_size=60), st.booleans())
 def test_split_then_join_gives_back_the_text(text: str, line_breaks: bool) -> None:
     pieces = split_text(text, line_breaks)

@@ -15,6 +15,7 @@ from handlers.errors import Unparsable
 from handlers.text.documents import plan_document
 from handlers.text.subtitles import _blocks, subtitle_parts
 from handlers.text.wrapping import source_lines
+from tests.examples import examples
 from tests.unit.round_trip import chinese_left, lines_of, marked, skeleton, translated, untranslated
 
 WORDS = ["你好", "我们今天要去", "公园玩", "电影", "。", "，", "！", "？", "Hello", "world", "3.5", " ", "  "]
@@ -92,7 +93,7 @@ FILES = {"srt": srt_files(), "vtt": vtt_files()}
 
 
 @pytest.mark.parametrize("kind", FILES)
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(data=st.data())
 def test_untranslated_cues_give_the_file_back_byte_for_byte(kind: str, data: st.DataObject) -> None:
     text = data.draw(FILES[kind])
@@ -100,7 +101,7 @@ def test_untranslated_cues_give_the_file_back_byte_for_byte(kind: str, data: st.
 
 
 @pytest.mark.parametrize("kind", FILES)
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(data=st.data())
 def test_a_translation_changes_cue_text_only(kind: str, data: st.DataObject) -> None:
     text = data.draw(FILES[kind])
@@ -112,7 +113,7 @@ def test_a_translation_changes_cue_text_only(kind: str, data: st.DataObject) -> 
     assert chinese_left(after) == []
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(vtt_files())
 def test_vtt_blocks_are_cut_as_webvtt_py_cuts_them(text: str) -> None:
     start = 1 if text.startswith("\ufeff") else 0

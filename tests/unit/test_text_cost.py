@@ -22,6 +22,7 @@ from handlers.text.documents import TextFormat, plan_document
 from handlers.text.glossary import Glossary
 from handlers.text.protection import PROTECTED, PROTECTED_HTML, Masked, restore
 from tests.adversarial import ENTRIES, LINE_BREAKS, MAX_CHARS, cases
+from tests.examples import examples
 from tests.fuzz_text import campaign, run_entry
 
 SRT_CUE = "1\n00:00:01,000 --> 00:00:02,000\n"
@@ -76,7 +77,7 @@ def soup(pieces: list[str], max_size: int = 12) -> st.SearchStrategy[str]:
     return st.lists(st.sampled_from(pieces), max_size=max_size).map("".join)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(
     soup(["<b>", "</i>", "<v a>", "<v.x", "<", ">", "{\\an8}", "{", "}", "-", "—", " ", "\t", "1", "a", "\n"])
 )
@@ -84,28 +85,28 @@ def test_new_speaker_reads_as_before(line: str) -> None:
     assert bool(subtitles._NEW_SPEAKER.match(line)) == bool(OLD_NEW_SPEAKER.match(line))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(soup(["+++", "+", " ", "\t", "a", "\r", "\n", "\r\n", "+++\n", "+++\r\n"]))
 def test_toml_front_matter_reads_as_before(text: str) -> None:
     new, old = markdown._TOML_FRONT_MATTER.match(text), OLD_TOML.match(text)
     assert (new and new.span()) == (old and old.span())
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(soup([" ", "\t", "\u3000", "a", "你", *LINE_BREAKS]))
 def test_wrapped_line_breaks_read_as_before(text: str) -> None:
     for new in (splitting.WRAPPED_LINE, wrapping._ANY_LINE_BREAK):
         assert [m.span() for m in new.finditer(text)] == [m.span() for m in OLD_WRAPPED.finditer(text)]
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(soup([" ", "\t", "1", "12", ":", ",", ".", "-", ">", "a", "١"]))
 def test_timings_in_text_read_as_before(line: str) -> None:
     new, old = subtitles._TIMINGS_IN_TEXT.match(line), OLD_TIMINGS.match(line)
     assert (new and new.span()) == (old and old.span())
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(soup(["a", "B", "ab", "Mr", "Prof", "J", ".", " ", "\n", "1", "你"], max_size=10), st.integers(0, 40))
 def test_the_word_before_a_full_stop_reads_as_before(body: str, index: int) -> None:
     index = min(index, len(body))
@@ -135,7 +136,7 @@ SRT_PIECES = [
 ]
 
 
-@settings(max_examples=800, deadline=None)
+@settings(max_examples=examples(800), deadline=None)
 @given(soup(SRT_PIECES, max_size=14))
 def test_srt_cues_are_read_as_srt_parse_read_them(text: str) -> None:
     bom = 1 if text.startswith("\ufeff") else 0
@@ -153,7 +154,7 @@ def test_blank_lines_where_no_cue_follows_are_quick() -> None:
     assert time.perf_counter() - start < 1.0
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(
     st.lists(soup(["a", "b", "ab", "你", "好", ".", "*"], max_size=5).filter(bool), min_size=1, max_size=12),
     soup(["a", "b", "ab", "你", "好", ".", "*", " "], max_size=20),
@@ -178,7 +179,7 @@ PROTECTED_PIECES = [
 ]
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=examples(600), deadline=None)
 @given(soup(PROTECTED_PIECES, max_size=16))
 def test_protected_spans_are_those_finditer_found(text: str) -> None:
     for pattern in (PROTECTED, PROTECTED_HTML):
@@ -207,7 +208,7 @@ def old_restore(masked: Masked, translation: str) -> tuple[str, tuple[str, ...]]
 TOKEN_PIECES = ["ZX", "zx", "Zx ", "ZX ", "1", "2", "3", "12", "0", "01", " ", "a", "K", "ſ", "\0", "-", "١"]
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(
     soup([*TOKEN_PIECES, "ZX1", "ZX2", "ZX3", "ZX1ZX2"], max_size=16),
     st.lists(st.sampled_from(["<b>", "url", "\0" + "2\0", "x\0" + "1\0y", ""]), max_size=13),

@@ -10,6 +10,7 @@ from handlers.errors import Unparsable
 from handlers.text.documents import plan_document
 from handlers.text.wrapping import put_back, wrap
 from handlers.wire.errors import client_error
+from tests.examples import examples
 from tests.unit.round_trip import english_words, untranslated
 
 
@@ -42,7 +43,7 @@ def test_line_breaks_go_back_as_the_source_wrote_them() -> None:
     assert put_back("a\nb", []) == "a b"
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text(st.sampled_from(list("ab 你好-1.#ZX\n")), max_size=40), st.integers(0, 4))
 def test_a_cut_replaces_spaces_by_line_breaks_and_nothing_else(translation: str, breaks: int) -> None:
     wrapped = wrap(translation, breaks)
@@ -63,7 +64,7 @@ MARKUP_SOUP = st.lists(
 ).map("".join)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(st.text(max_size=80) | MARKUP_SOUP, st.sampled_from(["srt", "vtt", "markdown"]))
 def test_any_text_in_a_declared_format_round_trips_or_is_refused(text: str, text_format: str) -> None:
     try:
