@@ -40,7 +40,7 @@ class HandlerConfig:
     num_beams: int | None = None
     decoder: DecoderName = "fast"
     # Row budget of one decode unit: texts x beams decoded together. A TorchServe batch is cut into
-    # units of at most this many rows, grouped by input length (bench.layout measures it).
+    # units of at most this many rows, grouped by input length (bench.studies.layout measures it).
     max_batch_rows: int = 64
     # static: each TorchServe batch is decoded to its end. step: requests stay open across calls
     # (needs continuousBatching: true in the yaml) and their sentences join and leave the running

@@ -1,7 +1,7 @@
 """Cut a TorchServe batch into decode units, and fix how far each sentence is padded.
 
 A unit is one decode loop. Grouping by beam count lets beams share a loop; sorting by input
-length keeps padding small; the row budget bounds how many rows one loop carries (bench.layout
+length keeps padding small; the row budget bounds how many rows one loop carries (bench.studies.layout
 measures the best budget for a host).
 
 A sentence is padded to the next multiple of PAD_MULTIPLE tokens, a width that depends on its

@@ -14,8 +14,8 @@ put back after the int32 product:
 The int32 accumulation is exact and every other operation is per element, so a row's output is
 the same bit for bit alone, in a batch of 16 or beside a 500-token document. Each row keeps
 its own asymmetric 7-bit grid (fbgemm's reduce_range on x86), as fine as the per-tensor grid was
-for the row that set it. Weights stay the int8 tensors quantize_dynamic made; bench.int8_kernels
-holds the measurements that chose this over torch._int_mm and int8 weight-only kernels.
+for the row that set it. Weights stay the int8 tensors quantize_dynamic made; the int8 kernel study
+(bench/studies/README.md) chose this over torch._int_mm and int8 weight-only kernels.
 """
 
 from __future__ import annotations

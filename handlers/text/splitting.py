@@ -5,7 +5,7 @@ opus-mt models were trained on sentence pairs: a paragraph decoded as one sequen
 text, byte for byte: sentences, and "gaps" (line breaks, blank lines, indentation, the spaces
 between sentences). Only sentences reach the model; gaps are copied.
 
-Rules (bench/splitters.py measures them against pysbd and sentencex):
+Rules (the splitter study, bench/studies/README.md, measured them against pysbd and sentencex):
 - a line break always ends a sentence in plain text; in HTML source it is whitespace, as a
   browser shows it (split_text(..., line_breaks=False)), and unwrap_lines() turns it into
   what the model should see;

@@ -106,7 +106,11 @@ def test_a_local_model_directory_is_mounted_read_only(tiny_model_dir: Path, tmp_
 
 def test_make_image_passes_model_and_no_fallback_switch() -> None:
     done = subprocess.run(
-        ["make", "-n", "image", "MODEL=synthetic"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        ["make", "--no-print-directory", "-n", "image", "MODEL=synthetic"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert done.stdout.strip() == "MODEL=synthetic deploy/image/build.sh"
     dockerfile = (REPO_ROOT / "Dockerfile").read_text()
