@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt
 from bench.cli import BenchCli
 from bench.exactness import markdown as exactness_markdown
 from bench.ladder_targets import markdown as latency_markdown
-from bench.signature import command_of
+from bench.signature import UnsignedResult, command_of
 
 STANDIN_LABEL = "offline stand-in (random weights, reference-length outputs)"
 # Not rerun by `make bench`: what each measured and found, with its frozen result files.
@@ -31,19 +31,15 @@ STUDIES = (
     "sentence cache under load and one article-sized request: what each found, its frozen results and "
     "the doc that cites it are in [bench/studies/README.md](../studies/README.md)."
 )
-# Result files measured before results were signed carry no command: for them the report prints
-# what it printed before, hard-coded here. A signed result prints its own command line.
-LEGACY_COMMANDS = {
-    "latency": "python -m bench.latency --sentences 32 --beams 1 4 --http",
-    "load": "python -m bench.load --users N --spawn-rate N --duration 30s --num-beams B",
-    "exactness": "python -m bench.exactness",
-    "faults": "python -m bench.faults",
-    "faults-step": "python -m bench.faults --scheduler step",
-}
 
 
 def load_results(results_dir: Path) -> dict[str, dict[str, Any]]:
-    return {path.stem: json.loads(path.read_text()) for path in sorted(results_dir.glob("*.json"))}
+    """Every result here, each refused unless it carries its signature."""
+    results = {path.stem: json.loads(path.read_text()) for path in sorted(results_dir.glob("*.json"))}
+    for name, result in results.items():
+        if "signature" not in result:
+            raise UnsignedResult(f"{results_dir / name}.json has no signature: re-measure it (make bench)")
+    return results
 
 
 def loads_of(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -162,14 +158,14 @@ def bleu_table(results: dict[str, dict[str, Any]]) -> str:
 
 
 def machine_of(result: Mapping[str, Any]) -> dict[str, Any]:
-    """The machine a result names: its signature's, or an unsigned file's own "machine"."""
-    machine: dict[str, Any] = (result.get("signature") or result)["machine"]
+    """The machine a result names, from its signature."""
+    machine: dict[str, Any] = result["signature"]["machine"]
     return machine
 
 
-def commands(results: Iterable[Mapping[str, Any]], legacy: str) -> str:
-    """The distinct commands of `results` in backticks, in order; unsigned files give `legacy`."""
-    return ", ".join(f"`{command}`" for command in dict.fromkeys(command_of(r, legacy) for r in results))
+def commands(results: Iterable[Mapping[str, Any]]) -> str:
+    """The distinct commands of `results` in backticks, in order, each from its signature."""
+    return ", ".join(f"`{command}`" for command in dict.fromkeys(command_of(r) for r in results))
 
 
 def write_readme(results: dict[str, dict[str, Any]], plots: list[Path], out: Path) -> Path:
@@ -198,8 +194,7 @@ def write_readme(results: dict[str, dict[str, Any]], plots: list[Path], out: Pat
             "",
             f"## Latency ladder ({latency['date']})",
             "",
-            f"{commands([latency], LEGACY_COMMANDS['latency'])}; output lengths: "
-            f"{latency['output_lengths']}.",
+            f"{commands([latency])}; output lengths: {latency['output_lengths']}.",
             latency_markdown(latency),
         ]
     loads = loads_of(results)
@@ -208,7 +203,7 @@ def write_readme(results: dict[str, dict[str, Any]], plots: list[Path], out: Pat
             "",
             "## Load (Locust, headless, users send without waiting)",
             "",
-            f"{commands(loads, LEGACY_COMMANDS['load'])}, one server "
+            f"{commands(loads)}, one server "
             "per variant (2 workers x 1 thread, batches of up to 16 within 5 ms).",
             "",
             load_table(loads),
@@ -224,8 +219,7 @@ def write_readme(results: dict[str, dict[str, Any]], plots: list[Path], out: Pat
         exact = results["exactness"]
         parts += [
             "",
-            f"## Exactness and batch invariance ({exact['date']}, "
-            f"{commands([exact], LEGACY_COMMANDS['exactness'])})",
+            f"## Exactness and batch invariance ({exact['date']}, {commands([exact])})",
             "",
             exactness_markdown(exact),
         ]
@@ -235,7 +229,7 @@ def write_readme(results: dict[str, dict[str, Any]], plots: list[Path], out: Pat
         faults = results[name]
         parts += [
             "",
-            f"## Operations under load ({faults['date']}, {commands([faults], LEGACY_COMMANDS[name])})",
+            f"## Operations under load ({faults['date']}, {commands([faults])})",
             "",
             f"- {len(faults['swap']['swaps'])} version swaps in {faults['swap']['seconds']} s: "
             f"{faults['swap']['failed']} of {faults['swap']['requests']} requests failed.",

@@ -103,8 +103,15 @@ def machine() -> dict[str, Any]:
     }
 
 
-def command_of(result: Mapping[str, Any], legacy: str = "") -> str:
-    """The command a result was made by: its signature's. Files written before signatures fall back
-    to their own "command" key where they had one, else to `legacy`."""
+class UnsignedResult(ValueError):
+    """A result file that does not say how it was made."""
+
+
+def command_of(result: Mapping[str, Any]) -> str:
+    """The command a result was made by: its signature's (a frozen study's file may carry its own
+    "command" from before signatures). A result with neither cannot be reproduced: refuse it."""
     signed = result.get("signature") or {}
-    return str(signed.get("command") or result.get("command") or legacy).strip()
+    command = str(signed.get("command") or result.get("command") or "").strip()
+    if not command:
+        raise UnsignedResult("a result without a signature: re-measure it (make bench) rather than cite it")
+    return command

@@ -22,12 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
-import platform
+import shlex
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import HypothesisException
 
+from bench.signature import signature
 from handlers.errors import Refused
 from handlers.handler_config import HandlerConfig
 from handlers.text.documents import TextFormat, plan_document
@@ -217,10 +218,11 @@ def campaign(
             if found is not None and found.seconds > worst[entry].seconds:
                 worst[entry] = found
     over = sorted(entry for entry, result in worst.items() if result.seconds > budget) + sorted(problems)
+    stamp = signature(shlex.join(["python", "-m", "tests.fuzz_text", *sys.argv[1:]]))
     return {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"cpu": _cpu(), "cores": multiprocessing.cpu_count(), "python": platform.python_version()},
-        "command": " ".join(["python -m tests.fuzz_text", *sys.argv[1:]]),
+        "date": stamp["date"],
+        "machine": stamp["machine"],
+        "signature": stamp,
         "budget_seconds": budget,
         "max_chars": size,
         "hypothesis_examples_per_entry": examples if isolated is None else 0,
@@ -257,16 +259,6 @@ def table(report: dict[str, Any]) -> str:
 
 def _finite(value: float) -> float | None:
     return None if value == float("inf") else value
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:

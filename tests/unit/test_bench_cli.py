@@ -19,7 +19,7 @@ from bench import cli as bench_cli
 from bench import report
 from bench.cli import BenchCli, Progress
 from bench.common import DEFAULT_MODEL, RESULTS_DIR, write_result
-from bench.signature import Signature, command_of, git_commit, invoked_command, signature
+from bench.signature import Signature, UnsignedResult, command_of, git_commit, invoked_command, signature
 
 # Every `python -m bench.<name>` and the shared flags it has: --model's default (None: no --model),
 # --strict, --results-dir. These are the flags the Makefile, docs and tests call them with.
@@ -149,16 +149,16 @@ def test_write_result_signs_with_this_process_when_no_command_is_given(tmp_path:
     assert invoked_command(["/venv/bin/pytest", "-q", "a b"]) == "pytest -q 'a b'"
 
 
-def test_reports_read_the_signature_and_fall_back_for_older_files() -> None:
+def test_reports_read_the_signature_and_refuse_a_result_without_one() -> None:
     signed = {"signature": {"command": "python -m bench.load --users 4", "machine": {"cpu": "new"}}}
-    older = {"command": "python -m bench.exactness ", "machine": {"cpu": "old"}}
-    assert command_of(signed, "legacy") == "python -m bench.load --users 4"
-    assert command_of(older, "legacy") == "python -m bench.exactness"
-    assert command_of({}, "python -m bench.faults") == "python -m bench.faults"
-    assert report.commands([signed, signed, {}], "python -m bench.load ...") == (
-        "`python -m bench.load --users 4`, `python -m bench.load ...`"
-    )
-    assert report.machine_of(signed)["cpu"] == "new" and report.machine_of(older)["cpu"] == "old"
+    frozen = {"command": "python -m bench.layout --model synthetic ", "machine": {"cpu": "old"}}
+    assert command_of(signed) == "python -m bench.load --users 4"
+    assert command_of(frozen) == "python -m bench.layout --model synthetic"  # a study's own record
+    with pytest.raises(UnsignedResult, match="re-measure"):
+        command_of({"machine": {"cpu": "old"}})
+    assert report.commands([signed, signed]) == "`python -m bench.load --users 4`"
+    with pytest.raises(UnsignedResult):
+        report.commands([signed, {}])
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
