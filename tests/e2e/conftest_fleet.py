@@ -27,6 +27,30 @@ from serving.ports import free_port
 from serving.replica_set import Fleet
 
 
+class QuietHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class Loopback:
+    """An HTTP server on a free loopback port, each request on its own thread, until close()."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_address[1])
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 @dataclass
 class Stub:
     """A replica stand-in on a free loopback port answering every POST with `status` (or hanging)."""
@@ -39,9 +63,7 @@ class Stub:
     def __post_init__(self) -> None:
         stub = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
                 received = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 stub.seen_headers.append(dict(self.headers))
@@ -55,20 +77,14 @@ class Stub:
                 self.end_headers()
                 self.wfile.write(body.encode())
 
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.loopback = Loopback(Handler)
 
     @property
     def port(self) -> int:
-        return int(self.server.server_address[1])
+        return self.loopback.port
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.loopback.close()
 
 
 # The shared fleet's front door is test_fleet.py's: a rate of 1 request/s per key makes its 429 test

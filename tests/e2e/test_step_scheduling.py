@@ -16,7 +16,6 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,7 @@ import requests
 from bench.common import archive_with
 from serving.processes import process_alive, wait_gone
 from serving.torchserve import TorchServe
-from tests.e2e.conftest_fleet import front_door
+from tests.e2e.conftest_fleet import Loopback, QuietHandler, front_door
 
 STEP = {"scheduler": "step", "sentence_cache_entries": 0, "threads": 1, "step_partitions": 2}
 DOCUMENT = "。".join(f"第{n}个句子说明了一件事情" for n in range(1, 13)) + "。"
@@ -118,9 +117,7 @@ class GatedStream:
         self.first_line_read = threading.Event()
         gate = self.first_line_read
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 self.send_response(200)
@@ -137,21 +134,15 @@ class GatedStream:
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                 self.wfile.flush()
 
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.loopback = Loopback(Handler)
 
     @property
     def port(self) -> int:
-        return int(self.server.server_address[1])
+        return self.loopback.port
 
     def close(self) -> None:
         self.first_line_read.set()
-        self.server.shutdown()
-        self.server.server_close()
+        self.loopback.close()
 
 
 def test_the_step_worker_asks_proxies_not_to_buffer_its_stream(step_server: TorchServe) -> None:
