@@ -21,8 +21,8 @@ from handlers.text.budget import Deadline, text_budget
 from handlers.text.documents import Document, plan_document
 from handlers.text.glossary import NO_GLOSSARY, Glossary
 from handlers.text.scripts import check_language
-from handlers.wire.parsing import TranslationRequest
-from handlers.wire.responses import CutSentence, SentenceAnswer, TextAnswer
+from handlers.translation.answers import CutSentence, SentenceAnswer, TextAnswer
+from handlers.translation.request import TranslationRequest
 
 
 @dataclass

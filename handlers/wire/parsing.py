@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from handlers.handler_config import HandlerConfig
 from handlers.model.options import GenerationOptions
 from handlers.text.documents import TEXT_FORMATS, TextFormat
+from handlers.translation.request import TranslationRequest
 from handlers.wire import libretranslate, protocols
 from handlers.wire.errors import InvalidRequest
 from handlers.wire.protocols import Envelope
@@ -30,18 +30,6 @@ DOCUMENT_KEYS = ("sentences", "format", "glossary")
 # What v1/v2 bodies may carry as parameters; streaming ("stream", scheduler: step) is native only.
 PROTOCOL_KEYS = (*OPTION_KEYS, *DOCUMENT_KEYS)
 ALLOWED_KEYS = ("text", *PROTOCOL_KEYS, "stream")
-
-
-@dataclass(frozen=True)
-class TranslationRequest:
-    texts: tuple[str, ...]
-    # True when the client sent a list under "text": the response then carries a list too.
-    as_list: bool
-    options: GenerationOptions
-    text_format: TextFormat = "text"
-    want_sentences: bool = False
-    stream: bool = False
-    glossary: tuple[tuple[str, str], ...] = ()  # (source term, target term), as sent
 
 
 def read_body(item: Mapping[str, Any]) -> tuple[Envelope, Any]:

@@ -17,8 +17,8 @@ from handlers.model.options import GenerationOptions
 from handlers.model.translator import Translator
 from handlers.pipeline import CachedDecoding, RequestWork, plan_request, text_answers
 from handlers.sentence_cache import SentenceCache
+from handlers.translation.request import TranslationRequest
 from handlers.wire.errors import client_error
-from handlers.wire.parsing import TranslationRequest
 from handlers.wire.responses import native_body
 
 ARTICLE = (

@@ -4,8 +4,9 @@ import pytest
 
 from handlers.handler_config import HandlerConfig
 from handlers.model.options import GenerationOptions
+from handlers.translation.request import TranslationRequest
 from handlers.wire.errors import InvalidRequest
-from handlers.wire.parsing import TranslationRequest, parse_request, read_body
+from handlers.wire.parsing import parse_request, read_body
 
 CONFIG = HandlerConfig(max_texts_per_request=3, max_chars_per_text=20, max_new_tokens=50)
 

@@ -1,0 +1,20 @@
+"""What a client asks: texts, their format and the decode options, already validated at the edge."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from handlers.model.options import GenerationOptions
+from handlers.text.documents import TextFormat
+
+
+@dataclass(frozen=True)
+class TranslationRequest:
+    texts: tuple[str, ...]
+    # True when the client sent a list of texts: the answer then carries a list too.
+    as_list: bool
+    options: GenerationOptions
+    text_format: TextFormat = "text"
+    want_sentences: bool = False
+    stream: bool = False
+    glossary: tuple[tuple[str, str], ...] = ()  # (source term, target term), as sent
