@@ -42,21 +42,25 @@ class HandlerConfig:
     # Row budget of one decode unit: texts x beams decoded together. A TorchServe batch is cut into
     # units of at most this many rows, grouped by input length (bench.studies.layout measures it).
     max_batch_rows: int = 64
-    # static: each TorchServe batch is decoded to its end. step: requests stay open across calls
-    # (needs continuousBatching: true in the yaml) and their sentences join and leave the running
-    # batch one decoder step at a time (handlers.scheduling.step_scheduler); max_batch_rows is then the row
-    # budget of the running batch, max_cohorts bounds how many start positions it mixes,
-    # document_share of the rows is kept for requests of several sentences while they wait, and a
-    # call returns after step_slice_ms so that new requests are admitted, or at the first finished
-    # sentence. While sentences already wait for rows, a call lasts backlog_slice_ms and answers
-    # what finished in it together: new requests would only queue, and every call costs the
-    # worker a read of each open request (handlers.open_requests). step_partitions running
-    # batches (each max_batch_rows) step side by side in their own processes, each with `threads`
-    # intra-op threads: on 2 cores, 2 x 1 (handlers.scheduling.partitions says why).
+    # Every request decodes through the step scheduler (handlers.scheduling.step_scheduler): its
+    # sentences join and leave the running batch one decoder step at a time, up to max_batch_rows
+    # rows, mixing at most max_cohorts start positions. The scheduler decides when requests are
+    # admitted: static: at TorchServe's batch boundaries (each batch decoded to its end in the
+    # worker's thread); step: at any step (needs continuousBatching: true and one worker in the
+    # yaml; requests stay open across calls). Under step, a call returns after step_slice_ms so
+    # that new requests are admitted, or at the first news. While sentences already wait for
+    # rows, a call lasts backlog_slice_ms and answers what finished in it together: new requests
+    # would only queue, and every call costs the worker a read of each open request
+    # (handlers.open_requests). step_partitions running batches (each max_batch_rows) step side by
+    # side in their own processes, each with `threads` intra-op threads: on 2 cores, 2 x 1
+    # (handlers.scheduling.partitions says why). Fairness (docs/SCHEDULING.md): documents
+    # (requests of several sentences) hold at most document_rows_beside_interactive rows while a
+    # one-sentence request runs or waits, and are guaranteed document_share of the rows otherwise.
     scheduler: Scheduler = "static"
     step_partitions: int = 1
     max_cohorts: int = 8
     document_share: float = 0.34
+    document_rows_beside_interactive: int = 16
     step_slice_ms: int = 50
     backlog_slice_ms: int = 250
     # Runaway-generation guard: at most ratio * input tokens + slack new tokens,
@@ -104,10 +108,10 @@ class HandlerConfig:
         _require(self.max_batch_rows >= 1, "max_batch_rows must be >= 1")
         if self.scheduler not in get_args(Scheduler):
             raise ConfigError(f"scheduler must be one of {get_args(Scheduler)}, got {self.scheduler!r}")
-        _require(self.scheduler == "static" or self.decoder == "fast", "scheduler: step needs decoder: fast")
         _require(self.max_cohorts >= 1, "max_cohorts must be >= 1")
         _require(self.step_partitions >= 1, "step_partitions must be >= 1")
         _require(0.0 <= self.document_share <= 1.0, "document_share must be between 0 and 1")
+        _require(self.document_rows_beside_interactive >= 1, "document_rows_beside_interactive must be >= 1")
         _require(self.step_slice_ms >= 1, "step_slice_ms must be >= 1")
         _require(self.backlog_slice_ms >= 1, "backlog_slice_ms must be >= 1")
         _require(

@@ -8,37 +8,37 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from handlers.pipeline import RequestWork
+from handlers.translation.plan import PlannedRequest
 from handlers.wire.errors import Busy, InvalidRequest
 from handlers.wire.protocols import NATIVE, Envelope, ResponseBody
 
 
 @dataclass
 class Job:
-    """One request of a TorchServe batch: its planned work, the client error that ended it, or the
-    answer it got without the model (LibreTranslate's /detect)."""
+    """One request of a TorchServe call: its planned sentences, the client error that ended it, or
+    the answer it got without the model (LibreTranslate's /detect)."""
 
     # How the request came in (native, v1, v2): its answer, or its error, is wrapped to match.
     # The one place the envelope is kept; it is known as soon as the body is read.
     protocol: Envelope = NATIVE
-    work: RequestWork | None = None
+    planned: PlannedRequest | None = None
     error: InvalidRequest | None = None
     answer: ResponseBody | None = None
 
     def refuse(self, error: InvalidRequest) -> None:
-        self.work, self.error = None, error
+        self.planned, self.error = None, error
 
 
 def admit_within(jobs: list[Job], max_sentences: int) -> None:
     """In arrival order, jobs whose sentences would take the batch past max_sentences get a 503.
 
-    The first job with work is always admitted: its own limit (max_sentences_per_request) bounds it.
+    The first job with sentences is always admitted: its own limit (max_sentences_per_request) bounds it.
     """
     queued = 0
     for job in jobs:
-        if job.work is None:
+        if job.planned is None:
             continue
-        sentences = len(job.work.chunks)
+        sentences = job.planned.count
         if queued and queued + sentences > max_sentences:
             job.refuse(Busy(queued, max_sentences))
             continue

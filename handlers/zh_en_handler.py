@@ -1,22 +1,24 @@
 """TorchServe handler for Chinese-to-English MarianMT (fp32 or int8, set by the model-config yaml).
 
-Stages: initialize (config, load, quantize, pick the decoder, threads, warm-up, the sentence
-cache), preprocess (validate each request, split its texts into sentences, protect what must
-not be translated, tokenize), inference (every sentence of the batch not in the cache, decoded
-in units cut by beam count, input length and row budget, each padded only to its longest),
-postprocess (each text rebuilt around its translated sentences; exactly one response per
-request: bad requests get their own 4xx, the rest of the batch is still answered).
+One path for every request, in short stages: wire in (handlers.wire: the envelope, then a
+validated TranslationRequest), plan (handlers.translation.plan: sentences, protected spans,
+token ids), decode (handlers.translation.decoding: the sentence cache, then the step scheduler,
+which admits sentences as rows free up), render (the texts rebuilt around their sentences), wire
+out (the envelope's answer or error shape). Bad requests get their own 4xx; the rest of the call
+is still answered.
 
-With `scheduler: step` (and TorchServe's continuousBatching) the same stages run per request as
-it arrives, and decoding is shared across calls: handle_open admits the new requests, lets the
-step scheduler decode for a time slice, and answers every open request with a chunk
-(handlers.open_requests says how chunks make the HTTP response).
+How TorchServe calls the worker decides only when requests arrive and how answers leave
+(handlers.open_requests): `scheduler: static` decodes each TorchServe batch to its end in the
+worker's thread; `scheduler: step` (continuousBatching) keeps requests open across calls while
+partition processes step, and answers each call with a chunk per request.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from collections.abc import Hashable
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -28,15 +30,16 @@ from ts.torch_handler.base_handler import BaseHandler
 from handlers.errors import Refused
 from handlers.handler_config import ConfigError, HandlerConfig
 from handlers.jobs import Job, admit_within
-from handlers.model.decoding import FastDecoder
-from handlers.model.heap_trim import IDLE_TRIM_SECONDS, IdleTrim
 from handlers.model.translator import STANDIN_NOTICE, Translator
-from handlers.open_requests import OpenRequests
-from handlers.pipeline import BatchCounts, CachedDecoding, plan_request, text_answers
+from handlers.open_requests import OpenRequests, Progress
+from handlers.scheduling.inline import InlineDriver
 from handlers.scheduling.partition_processes import ProcessPartitions
+from handlers.scheduling.partitions import Driver
 from handlers.scheduling.step_scheduler import StepScheduler
 from handlers.sentence_cache import SentenceCache
 from handlers.text.glossary import NO_GLOSSARY, load_tsv
+from handlers.translation.decoding import Counts, SentenceDecoding
+from handlers.translation.plan import plan_request, render
 from handlers.wire.errors import InvalidRequest, client_error
 from handlers.wire.parsing import parse_request, read_body
 from handlers.wire.protocols import ResponseBody, answer_at_once, error_body, error_status, wrap_response
@@ -51,15 +54,15 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
     def __init__(self) -> None:
         super().__init__()
         self.translator: Translator | None = None
-        self.sentences: CachedDecoding | None = None
-        self.open_requests: OpenRequests | None = None  # scheduler: step
+        self.requests: OpenRequests | None = None
+        self.continuous = False  # scheduler: step (TorchServe's continuousBatching)
         self._gauged = 0.0  # when the scheduler gauges were last reported
-        self.heap = IdleTrim(IDLE_TRIM_SECONDS)
         self.identity: dict[str, Any] = {}
         self.glossary = NO_GLOSSARY  # the deployment's (glossary_file in the yaml)
 
     def initialize(self, context: Any) -> None:
-        config = HandlerConfig.from_mapping((context.model_yaml_config or {}).get("handler"))
+        yaml = context.model_yaml_config or {}
+        config = HandlerConfig.from_mapping(yaml.get("handler"))
         model_dir = Path(context.system_properties["model_dir"])
         self.translator = Translator.load(model_dir, config)
         if config.glossary_file is not None:
@@ -67,18 +70,19 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         self.identity = self._identity(context, config)
         cache = SentenceCache(config.sentence_cache_entries, config.sentence_cache_bytes)
         model_tag = f"{self.identity['model']}/{self.identity['version']}/{config.variant}"
-        self.sentences = CachedDecoding(self.translator, cache, model_tag)
-        if config.scheduler == "step":
-            self.open_requests = self._open_requests(context, cache, model_tag)
+        self.continuous = config.scheduler == "step"
+        decoding = SentenceDecoding(self.translator, cache, model_tag, self._driver(yaml))
+        self.requests = OpenRequests(decoding)
         info = self.translator.info
         logger.info(
-            "loaded model=%s version=%s variant=%s decoder=%s max_batch_rows=%d source=%s standin=%s "
-            "parameters=%d quantized_linear=%d threads=%d sentence_cache_entries=%d glossary_terms=%d "
-            "load_seconds=%.2f",
+            "loaded model=%s version=%s variant=%s decoder=%s scheduler=%s max_batch_rows=%d source=%s "
+            "standin=%s parameters=%d quantized_linear=%d threads=%d sentence_cache_entries=%d "
+            "glossary_terms=%d load_seconds=%.2f",
             self.identity["model"],
             self.identity["version"],
             config.variant,
             self.translator.decoder.name,
+            config.scheduler,
             config.max_batch_rows,
             info.source,
             info.standin,
@@ -93,63 +97,42 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
             logger.warning("model %s is the %s", self.identity["model"], STANDIN_NOTICE)
         self.initialized = True
 
-    def handle(self, data: list[dict[str, Any]], context: Any) -> list[Any]:
-        if self.open_requests is not None:
-            return self.handle_open(data, context)  # its partitions trim their own heaps
-        self.heap.busy()
-        try:
-            return super().handle(data, context)  # type: ignore[no-any-return]
-        finally:
-            self.heap.idle()
-
-    def handle_open(self, data: list[dict[str, Any]], context: Any) -> list[bytes]:
-        """One continuous-batching call: admit new requests, decode a time slice, answer every one."""
-        assert self.open_requests is not None and self.translator is not None
-        self.context = context
-        requests = [context.get_request_id(index) for index in range(len(data))]
-        self.open_requests.close_missing(set(requests))
-        for index, (item, request) in enumerate(zip(data, requests, strict=True)):
-            if not self.open_requests.is_open(request):
-                job = self._prepare(item)
-                if context.get_request_header(index, "explain") == "True" and job.work is not None:
-                    job.refuse(InvalidRequest(NO_EXPLANATIONS, status=501))
-                self._set_head(index, job)
-                self.open_requests.open(request, job)
+    def handle(self, data: list[dict[str, Any]], context: Any) -> list[ResponseBody | bytes]:
+        """One TorchServe call: open the new requests, decode, answer every request of the call."""
+        assert self.requests is not None and self.translator is not None
+        self.context, started = context, time.perf_counter()
+        if self.continuous:  # open requests come back in later calls, by their TorchServe ids
+            requests: list[Hashable] = [context.get_request_id(index) for index in range(len(data))]
+            self.requests.close_missing(set(requests))
+        else:  # a static call answers its whole batch: what the last call opened is closed
+            requests = list(range(len(data)))
+            self.requests.close_missing(set())
+        new = [index for index, request in enumerate(requests) if not self.requests.is_open(request)]
+        jobs = {index: self._prepare(data[index], context, index) for index in new}
+        if not self.continuous:  # what one static batch may decode
+            admit_within(list(jobs.values()), self.translator.config.max_sentences_per_batch)
+        for index, job in jobs.items():
+            self.requests.open(requests[index], job)
         config = self.translator.config
-        self.open_requests.advance(config.step_slice_ms / 1000, config.backlog_slice_ms / 1000)
-        chunks = [self.open_requests.chunk(request) for request in requests]
-        # TorchServe's ts_stream_next: a request's stream closes when its criterion says it is
-        # done; None sends a whole (unstreamed) response.
-        context.stopping_criteria = [
-            lambda _, more=chunk.more: None if more is None else not more for chunk in chunks
-        ]
-        self._report_scheduler()
-        return [chunk.body for chunk in chunks]
+        if self.continuous:
+            self.requests.advance(config.step_slice_ms / 1000, config.backlog_slice_ms / 1000)
+        else:
+            self.requests.decode_all()
+        answers = [self._answer(index, request) for index, request in enumerate(requests)]
+        if self.continuous:
+            # TorchServe's ts_stream_next: a request's stream closes when its criterion says it is
+            # done; None sends a whole (unstreamed) response.
+            context.stopping_criteria = [
+                lambda _, more=more: None if more is None else not more for _, more in answers
+            ]
+        else:
+            context.metrics.add_time(
+                "HandlerTime", round((time.perf_counter() - started) * 1000, 2), None, "ms"
+            )
+        self._report()
+        return [body for body, _ in answers]
 
-    def preprocess(self, data: list[dict[str, Any]]) -> list[Job]:
-        assert self.translator is not None
-        jobs = [self._prepare(item) for item in data]
-        admit_within(jobs, self.translator.config.max_sentences_per_batch)
-        return jobs
-
-    def inference(self, jobs: list[Job], *args: Any, **kwargs: Any) -> list[Job]:
-        """Every sentence of every valid request together: the cache first, the rest in decode units."""
-        assert self.sentences is not None
-        counts = self.sentences.decode_batch([job.work for job in jobs if job.work is not None])
-        self._count(counts)
-        return jobs
-
-    def explain_handle(self, jobs: list[Job], raw_data: Any) -> list[ResponseBody]:
-        """`:explain` routes reach the handler too; a translation model has nothing to explain."""
-        for job in jobs:
-            if job.work is not None:
-                job.refuse(InvalidRequest(NO_EXPLANATIONS, status=501))
-        return self.postprocess(jobs)
-
-    def postprocess(self, jobs: list[Job]) -> list[ResponseBody]:
-        return [self._respond(index, job) for index, job in enumerate(jobs)]
-
-    def _prepare(self, item: dict[str, Any]) -> Job:
+    def _prepare(self, item: dict[str, Any], context: Any, index: int) -> Job:
         """Wire in (the envelope first, so that any error is answered in its shape), then the plan.
 
         Text and model code refuse in their own terms (handlers.errors); the status is chosen here.
@@ -162,21 +145,41 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
             if job.answer is not None:
                 return job
             request = parse_request(job.protocol, payload, self.translator.config)
-            job.work = plan_request(request, self.translator, self.glossary)
+            if context.get_request_header(index, "explain") == "True":
+                # `:explain` routes reach the handler too; a translation model has nothing to explain.
+                raise InvalidRequest(NO_EXPLANATIONS, status=501)
+            job.planned = plan_request(request, self.translator, self.glossary)
         except InvalidRequest as error:
             job.refuse(error)
         except Refused as refusal:
             job.refuse(client_error(refusal))
         return job
 
-    def _respond(self, index: int, job: Job) -> ResponseBody:
-        body = self._body(job)  # first: rendering may refuse the request (TooCostly), a 422
-        self._set_head(index, job)
-        return body
+    def _answer(self, index: int, request: Hashable) -> tuple[ResponseBody | bytes, bool | None]:
+        """This call's chunk for a request, and whether more follow (None: the whole response, which
+        TorchServe serializes as it does any returned object)."""
+        assert self.requests is not None
+        job = self.requests.job(request)
+        progress = self.requests.progress(request)
+        lines = b"".join(self._line(job, sentence) for sentence in progress.lines)
+        if progress.finished:
+            whole = self._body(job)  # first: rendering may refuse the request (TooCostly), a 422
+            if progress.first:
+                self._set_head(index, job)
+            if job.planned is not None and job.planned.request.stream:
+                return lines + json.dumps(whole, ensure_ascii=False).encode("utf-8") + b"\n", _last(progress)
+            if progress.first:
+                return whole, None
+            return _json(whole), False
+        if progress.first:
+            self._set_head(index, job)
+        if not self.continuous or (job.planned is None and not progress.first):
+            return b"", None  # answered whole already; TorchServe still sends it
+        return lines, True
 
     def _set_head(self, index: int, job: Job) -> None:
         """Status and headers of request `index` (sent with its first chunk under scheduler: step)."""
-        streaming = job.work is not None and job.work.request.stream
+        streaming = job.planned is not None and job.planned.request.stream
         self.context.set_response_content_type(
             index, "application/x-ndjson" if streaming else "application/json"
         )
@@ -193,14 +196,14 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         assert self.translator is not None
         if job.answer is not None:
             return job.answer
-        if job.work is None:
+        if job.planned is None:
             assert job.error is not None
             return error_body(job.protocol, job.error.status, job.error.message, job.error.kind)
-        request = job.work.request
+        request = job.planned.request
         try:
-            answers = text_answers(job.work, self.translator.config.text_budget_ms / 1000)
+            answers = render(job.planned, self.translator.config.text_budget_ms / 1000)
         except Refused as refusal:
-            # Under scheduler: step the status has gone out with the first chunk: the body says it.
+            # Under scheduler: step a status may have gone out with a first chunk: the body says it.
             job.refuse(client_error(refusal))
             return self._body(job)
         body = native_body(
@@ -208,9 +211,31 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         )
         return wrap_response(job.protocol, {**body, **self.identity})
 
-    def _open_requests(self, context: Any, cache: SentenceCache, model_tag: str) -> OpenRequests:
+    @staticmethod
+    def _line(job: Job, index: int) -> bytes:
+        """One streamed sentence: its index among the sentences the model decodes, and its translation."""
+        assert job.planned is not None
+        sentence = list(job.planned.sentences)[index]
+        line = {"sentence": index, "translation": sentence.translation}
+        return json.dumps(line, ensure_ascii=False).encode("utf-8") + b"\n"
+
+    def _driver(self, yaml: dict[str, Any]) -> Driver:
+        """The step scheduler(s): in this thread for static calls, in partition processes for step."""
         assert self.translator is not None
-        yaml = context.model_yaml_config or {}
+        config = self.translator.config
+        partitions = [
+            StepScheduler(
+                self.translator.decoder,
+                self.translator.tokenizer.pad_token_id,
+                config.max_batch_rows,
+                config.max_cohorts,
+                config.document_share,
+                config.document_rows_beside_interactive,
+            )
+            for _ in range(config.step_partitions if self.continuous else 1)
+        ]
+        if not self.continuous:
+            return InlineDriver(partitions[0])
         if not yaml.get("continuousBatching"):
             raise ConfigError("scheduler: step needs continuousBatching: true in the model-config yaml")
         if max(yaml.get("minWorkers", 1), yaml.get("maxWorkers", 1)) > 1:
@@ -220,18 +245,32 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
             raise ConfigError(
                 "scheduler: step needs minWorkers: 1 and maxWorkers: 1 (use step_partitions for cores)"
             )
-        decoder = self.translator.decoder
-        assert isinstance(decoder, FastDecoder)  # HandlerConfig requires decoder: fast for step
-        config = self.translator.config
-        pad_id = self.translator.tokenizer.pad_token_id
-        partitions = [
-            StepScheduler(decoder, pad_id, config.max_batch_rows, config.max_cohorts, config.document_share)
-            for _ in range(config.step_partitions)
-        ]
-        return OpenRequests(self.translator, ProcessPartitions(partitions), cache, model_tag, self._body)
+        return ProcessPartitions(partitions)
 
-    def _count(self, counts: BatchCounts) -> None:
-        """Custom metrics, exposed on the metrics port (config/metrics.yaml declares them)."""
+    def _report(self) -> None:
+        """Custom metrics (config/metrics.yaml declares them): counters, what waits and what runs,
+        and time to first sentence. Under scheduler: step at most once a second (calls come every
+        few ms, and each metric is a log line the frontend parses) and when the last open request
+        is answered, so that nothing waits for the next request."""
+        assert self.requests is not None
+        if self.continuous and time.monotonic() - self._gauged < 1.0 and self.requests.open_count:
+            return
+        self._gauged = time.monotonic()
+        counts = self.requests.decoding.take_counts()
+        if counts.any:
+            self._count(counts)
+        metrics, state = self.context.metrics, self.requests.decoding.driver.state()
+        variant = [Dimension("Variant", str(self.identity["variant"]))]
+        if self.continuous:
+            for name, value in (
+                ("QueuedSentences", state.waiting_sentences),
+                ("RunningRows", state.running_rows),
+            ):
+                metrics.add_metric(name, value, "count", dimensions=variant, metric_type=MetricTypes.GAUGE)
+        for milliseconds in counts.first_sentence_ms:
+            metrics.add_time("TimeToFirstSentence", round(milliseconds, 2), dimensions=variant)
+
+    def _count(self, counts: Counts) -> None:
         metrics = self.context.metrics
         variant = [Dimension("Variant", str(self.identity["variant"]))]
         for name, value in (
@@ -242,27 +281,6 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
             ("GlossaryHits", counts.glossary_hits),
         ):
             metrics.add_counter(name, value, dimensions=variant)
-
-    def _report_scheduler(self) -> None:
-        """scheduler: step: counters, what waits and what runs, and time to first sentence, at most
-        once a second (calls come every few ms, and each metric is a log line the frontend parses)
-        and when the last open request is answered, so that nothing waits for the next request."""
-        assert self.open_requests is not None
-        if time.monotonic() - self._gauged < 1.0 and self.open_requests.open_count:
-            return
-        self._gauged = time.monotonic()
-        counts, first_sentence_ms = self.open_requests.take_counts()
-        if counts.sentences or counts.generated_tokens or counts.cache_hits or counts.glossary_hits:
-            self._count(counts)
-        metrics, state = self.context.metrics, self.open_requests.scheduler.state()
-        variant = [Dimension("Variant", str(self.identity["variant"]))]
-        for name, value in (
-            ("QueuedSentences", state.waiting_sentences),
-            ("RunningRows", state.running_rows),
-        ):
-            metrics.add_metric(name, value, "count", dimensions=variant, metric_type=MetricTypes.GAUGE)
-        for milliseconds in first_sentence_ms:
-            metrics.add_time("TimeToFirstSentence", round(milliseconds, 2), dimensions=variant)
 
     def _identity(self, context: Any, config: HandlerConfig) -> dict[str, Any]:
         assert self.translator is not None
@@ -277,3 +295,13 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         if self.translator.info.standin:
             identity["notice"] = STANDIN_NOTICE
         return identity
+
+
+def _last(progress: Progress) -> bool | None:
+    """The whole answer in the request's first chunk is a whole response; later, the stream's last."""
+    return None if progress.first else False
+
+
+def _json(body: Any) -> bytes:
+    """The bytes TorchServe itself sends for a dict a handler returns (json.dumps, indent 2)."""
+    return json.dumps(body, indent=2).encode("utf-8")

@@ -27,7 +27,16 @@ from handlers.model.batching import padded_width
 from handlers.model.cross_attention import CrossMemory, WidthGroup
 from handlers.model.projections import Projections
 from handlers.model.row_int8 import RowInt8Linear
-from handlers.model.search import BeamCohort, Cohort, GreedyCohort, RowLimits, SearchRules, Vocabulary
+from handlers.model.search import (
+    BeamCohort,
+    Cohort,
+    Finished,
+    GreedyCohort,
+    RowLimits,
+    RunningCohort,
+    SearchRules,
+    Vocabulary,
+)
 from handlers.model.vocabulary import TargetOutputLayer, target_token_ids
 
 __all__ = [
@@ -57,6 +66,36 @@ class Decoder(Protocol):
         """Per row, its finished hypotheses best first (up to `beams`; the first is what decode gives)."""
         ...
 
+    def start(
+        self,
+        owners: Sequence[Any],
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        limits: Sequence[RowLimits],
+        beams: int,
+    ) -> RunningCohort:
+        """Sentences that start decoding together (the step scheduler's unit of admission)."""
+        ...
+
+    def step(self, cohorts: Sequence[Any]) -> Sequence[torch.Tensor]:
+        """One step of every cohort this decoder started; each cohort's logits for its `advance`."""
+        ...
+
+
+class GeneratedCohort:
+    """Sentences generate() decoded at admission, handed back at the scheduler's next step."""
+
+    def __init__(self, finished: Finished) -> None:
+        self.finished = finished
+
+    @property
+    def sentences(self) -> int:
+        return len(self.finished)
+
+    def advance(self, logits: torch.Tensor) -> Finished:
+        done, self.finished = self.finished, []
+        return done
+
 
 class GenerateDecoder:
     """transformers' generate() on the padded unit: one max/min for all rows, each row then cut to its cap."""
@@ -76,6 +115,21 @@ class GenerateDecoder:
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, limits: Sequence[RowLimits], beams: int
     ) -> list[list[list[int]]]:
         return self._generate(input_ids, attention_mask, limits, beams, beams)
+
+    def start(
+        self,
+        owners: Sequence[Any],
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        limits: Sequence[RowLimits],
+        beams: int,
+    ) -> GeneratedCohort:
+        """generate() runs whole at admission: the cohort it gives ends at its first step."""
+        ranked = self._generate(input_ids, attention_mask, limits, beams, beams)
+        return GeneratedCohort(list(zip(owners, ranked, strict=True)))
+
+    def step(self, cohorts: Sequence[GeneratedCohort]) -> Sequence[torch.Tensor]:
+        return [torch.empty(0) for _ in cohorts]
 
     def _generate(
         self,

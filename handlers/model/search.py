@@ -89,7 +89,18 @@ class Vocabulary:
                 scores[forced, self.eos_column] = 0.0
 
 
-class Cohort(Protocol):
+class RunningCohort(Protocol):
+    """What the step scheduler needs of any decoder's cohort."""
+
+    @property
+    def sentences(self) -> int: ...
+
+    def advance(self, logits: torch.Tensor) -> Finished:
+        """Take this step's target-side logits; drop and return the sentences that ended."""
+        ...
+
+
+class Cohort(RunningCohort, Protocol):
     """What FastDecoder.step needs of a cohort, and what the step gives back to it."""
 
     cross: CrossMemory

@@ -159,12 +159,13 @@ class Translator:
             ranked = self.decoder.decode_ranked(input_ids, attention_mask, limits, beams.pop())
         self.generated_tokens += sum(len(hypotheses[0]) for hypotheses in ranked)
         return [
-            self._distinct_texts(hypotheses)[: 1 + option.alternatives]
+            self.ranked_texts(hypotheses)[: 1 + option.alternatives]
             for hypotheses, option in zip(ranked, options, strict=True)
         ]
 
-    def _distinct_texts(self, hypotheses: list[list[int]]) -> list[str]:
-        """Two hypotheses may differ in ids yet read the same: an alternative must read differently."""
+    def ranked_texts(self, hypotheses: list[list[int]]) -> list[str]:
+        """A sentence's finished hypotheses as texts, best first. Two may differ in ids yet read the
+        same: an alternative must read differently."""
         texts: list[str] = self.tokenizer.batch_decode(hypotheses, skip_special_tokens=True)
         return list(dict.fromkeys(texts))
 

@@ -53,13 +53,6 @@ class ProcessPartitions(Partitions):
             name = f"step-partition-{index}-reader"
             threading.Thread(target=self._read, args=(index,), name=name, daemon=True).start()
 
-    def close(self) -> None:
-        """Stop the partitions (tests and benchmarks; a worker's partitions end with the worker)."""
-        super().close()
-        for pid in self.pids:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-
     def _send(self, index: int, message: Message) -> None:
         with self._sending[index]:
             self._connections[index].send(message)

@@ -10,11 +10,12 @@ The partitions never wait for the handler: they step whenever they hold work. A 
 exchanges work with them (`submit`, `cancel`, then `run` collects what finished until the caller
 has news). A request goes wholly to the partition with the least work.
 
-Where a partition runs is the subclass's business (handlers.scheduling.partition_threads,
-handlers.scheduling.partition_processes); this module keeps what the handler sees: placement, what each
-partition last reported, and the finished sentences not yet collected. A partition's scheduler is
-touched only by the loop that steps it (`step_partition`), which receives submissions and
-cancellations as messages and reports after every step.
+Where a partition runs is the subclass's business (handlers.scheduling.partition_processes);
+this module keeps what the handler sees: placement, what each partition last reported, and the
+finished sentences not yet collected. A worker that admits only at batch boundaries steps one
+scheduler in its own thread instead (handlers.scheduling.inline); both are a `Driver`. A
+partition's scheduler is touched only by the loop that steps it (`step_partition`), which
+receives submissions and cancellations as messages and reports after every step.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -32,7 +33,8 @@ from handlers.model.heap_trim import IDLE_TRIM_SECONDS, IdleTrim
 from handlers.model.search import RowLimits
 from handlers.scheduling.step_scheduler import SchedulerState, SentenceKey, StepScheduler
 
-Finished = list[tuple[SentenceKey, list[int]]]
+# Each finished sentence with its hypotheses' generated ids, best first (as many as it asked to keep).
+Finished = list[tuple[SentenceKey, list[list[int]]]]
 STEP_FAILED_EXIT = 70  # EX_SOFTWARE
 # A message to a partition: the StepScheduler method to call and its arguments.
 Message = tuple[str, tuple[Any, ...]]
@@ -78,6 +80,31 @@ def step_partition(
             report(StepReport(finished, partition.state(), partition.busy, applied, ended))
 
 
+class Driver(Protocol):
+    """What the handler's decoding asks of the step scheduler(s), wherever they step."""
+
+    def submit(
+        self,
+        request: Hashable,
+        ids: Sequence[list[int]],
+        limits: Sequence[RowLimits],
+        beams: int,
+        lead: int = 0,
+        keep: int = 1,
+    ) -> None: ...
+
+    def cancel(self, request: Hashable) -> None: ...
+
+    def state(self) -> SchedulerState: ...
+
+    def run(self, stop: Callable[[Finished], bool], seconds: float) -> Finished:
+        """Collect finished sentences until `stop(them)` says so, the time slice ends, or all is done.
+
+        `stop` may take the sentences it is given out of the list; what it leaves is returned.
+        """
+        ...
+
+
 class Partitions(ABC):
     """The handler's side of the partitions, wherever they run."""
 
@@ -106,6 +133,7 @@ class Partitions(ABC):
         limits: Sequence[RowLimits],
         beams: int,
         lead: int = 0,
+        keep: int = 1,
     ) -> None:
         """StepScheduler.submit on the partition with the least work."""
         if not ids:
@@ -115,7 +143,7 @@ class Partitions(ABC):
             self.sent[index] += 1
             self._queued_work[index] += len(ids) * beams
             self._home[request] = index
-        self._send(index, ("submit", (request, [list(row) for row in ids], list(limits), beams, lead)))
+        self._send(index, ("submit", (request, [list(row) for row in ids], list(limits), beams, lead, keep)))
 
     def cancel(self, request: Hashable) -> None:
         with self._changed:
@@ -124,10 +152,6 @@ class Partitions(ABC):
                 return
             self.sent[index] += 1
         self._send(index, ("cancel", (request,)))
-
-    def close(self) -> None:
-        """Stop the partitions where they do not end with the process (tests and benchmarks)."""
-        self.closing = True
 
     @property
     def busy(self) -> bool:

@@ -6,37 +6,38 @@ batch as soon as rows free up and leaves it the step it ends. Sentences that sta
 a cohort (handlers.model.search): they share a position, so nothing is padded and every sentence gets
 the ids it gets alone (the linear layers see all rows, per-row int8 keeps rows independent).
 
-Admission policy (`admit`): while the row budget (sentences x beams) has room and fewer than
-`max_cohorts` cohorts run, take the next sentence of the request with the fewest sentences
-running, earliest arrival first on ties. A new one-sentence request therefore goes ahead of a
-document's remaining sentences. Documents (requests of more than one sentence) are guaranteed
-`document_share` of the row budget: while they hold less and have sentences waiting, the next
-row goes to one of them (by the same order), so under saturating single-sentence traffic they
-still progress. Greedy and each beam count run as their own lanes (rows of one lane share a
-search), stepped in turn.
+Admission policy (`admit`, docs/SCHEDULING.md states it with its parameters): while the row
+budget (sentences x beams) has room and fewer than `max_cohorts` cohorts run, take the next
+sentence of the request with the fewest sentences running, earliest arrival first on ties. A
+request's first sentence therefore goes ahead of the remaining sentences of documents already
+running. Documents (requests of more than one sentence) take the rows interactive work leaves,
+with two bounds:
+- while a one-sentence request runs or waits, documents hold at most
+  `document_rows_beside_interactive` rows, so that a step (whose time grows with its rows) stays
+  near what the interactive sentence's step costs alone;
+- they never starve: while they hold less than `document_share` of the budget (and less than the
+  bound above) and have sentences waiting, the next row goes to one of them, and a document may
+  always run one sentence.
+Greedy and each beam count run as their own lanes (rows of one lane share a search), stepped in turn.
 
 Lead: a request may name how many of its first sentences run ahead (a streamed document's first
 line). Its other sentences wait until those have finished, so the lead decodes in a batch only as
 large as the other requests make it: on an idle server the first streamed line comes at one
 sentence's latency, and the document as a whole is later by about that much.
 
-One StepScheduler is one running batch, driven by one thread: in the worker, its partition's
-loop in handlers.scheduling.partitions (`submit`/`cancel`, then `admit` and `step`); in tests and
-benchmarks, `run` steps it until the caller has what it waits for.
+One StepScheduler is one running batch, driven by one thread (handlers.scheduling.partitions:
+`submit`/`cancel`, then `admit` and `step`), in the worker's own thread or in a partition process.
 """
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict, deque
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
-import torch
-
 from handlers.model.batching import pad_batch
-from handlers.model.decoding import FastDecoder
-from handlers.model.search import Cohort, Finished, RowLimits
+from handlers.model.decoding import Decoder
+from handlers.model.search import Finished, RowLimits, RunningCohort
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class _Request:
     running: int = 0
     lead: int = 0  # sentences 0..lead-1 run ahead of the others
     lead_left: int = 0  # of those, how many have not finished
+    keep: int = 1  # hypotheses answered per sentence, best first (1 + the alternatives asked)
 
     @property
     def admissible(self) -> bool:
@@ -76,13 +78,20 @@ class SchedulerState:
 
 class StepScheduler:
     def __init__(
-        self, decoder: FastDecoder, pad_id: int, row_budget: int, max_cohorts: int, document_share: float
+        self,
+        decoder: Decoder,
+        pad_id: int,
+        row_budget: int,
+        max_cohorts: int,
+        document_share: float,
+        document_rows_beside_interactive: int,
     ) -> None:
         self.decoder, self.pad_id = decoder, pad_id
         self.row_budget, self.max_cohorts = row_budget, max_cohorts
-        self.document_rows = document_share * row_budget
+        self.document_rows = min(document_share * row_budget, document_rows_beside_interactive)
+        self.document_cap = document_rows_beside_interactive
         self._requests: dict[Hashable, _Request] = {}
-        self._lanes: dict[int, list[Cohort]] = defaultdict(list)  # beams -> running cohorts
+        self._lanes: dict[int, list[RunningCohort]] = defaultdict(list)  # beams -> running cohorts
         self._arrivals = 0
 
     def submit(
@@ -92,10 +101,12 @@ class StepScheduler:
         limits: Sequence[RowLimits],
         beams: int,
         lead: int = 0,
+        keep: int = 1,
     ) -> None:
-        """Queue a request's sentences (in order); they come back from `run` keyed by SentenceKey.
+        """Queue a request's sentences (in order); `step` gives each back keyed by SentenceKey.
 
-        `lead`: how many of the first sentences finish before the others are admitted.
+        `lead`: how many of the first sentences finish before the others are admitted; `keep`: how
+        many finished hypotheses each sentence answers, best first.
         """
         if request in self._requests:
             raise ValueError(f"request {request!r} is already in the scheduler")
@@ -103,7 +114,7 @@ class StepScheduler:
             return
         self._arrivals += 1
         lead = min(lead, len(ids))
-        entry = _Request(self._arrivals, beams, document=len(ids) > 1, lead=lead, lead_left=lead)
+        entry = _Request(self._arrivals, beams, len(ids) > 1, lead=lead, lead_left=lead, keep=keep)
         pairs = zip(ids, limits, strict=True)
         entry.waiting.extend((index, list(row), limit) for index, (row, limit) in enumerate(pairs))
         self._requests[request] = entry
@@ -132,35 +143,24 @@ class StepScheduler:
             cohorts=sum(len(cohorts) for cohorts in self._lanes.values()),
         )
 
-    def run(
-        self, stop: Callable[[list[tuple[SentenceKey, list[int]]]], bool], seconds: float
-    ) -> list[tuple[SentenceKey, list[int]]]:
-        """Step until `stop(finished so far)` says so, the time slice ends, or nothing is left."""
-        finished: list[tuple[SentenceKey, list[int]]] = []
-        deadline = time.monotonic() + seconds
-        with torch.inference_mode():
-            while self._requests:
-                self.admit()
-                finished += self.step()
-                if stop(finished) or time.monotonic() >= deadline:
-                    break
-        return finished
-
     def admit(self) -> None:
         """Start a cohort per lane from waiting sentences, as the policy in the module doc says."""
         rows = self.state().running_rows
         document_rows = sum(e.running * e.beams for e in self._requests.values() if e.document)
+        interactive = any(not e.document and (e.running or e.waiting) for e in self._requests.values())
         cohorts = sum(len(lane) for lane in self._lanes.values())
         chosen: dict[int, list[tuple[SentenceKey, list[int], RowLimits]]] = defaultdict(list)
         while cohorts + len(chosen) <= self.max_cohorts:
             candidates = [
                 (e.running, e.arrival, key, e.document) for key, e in self._requests.items() if e.admissible
             ]
-            if not candidates:
-                break
             documents = [candidate for candidate in candidates if candidate[3]]
             if documents and document_rows < self.document_rows:
-                candidates = documents
+                candidates = documents  # their guaranteed share
+            elif interactive and document_rows >= self.document_cap and document_rows > 0:
+                candidates = [candidate for candidate in candidates if not candidate[3]]
+            if not candidates:
+                break
             key = min(candidates)[2]
             entry = self._requests[key]
             if rows + entry.beams > self.row_budget and rows > 0:
@@ -178,7 +178,7 @@ class StepScheduler:
             limits = [limit for _, _, limit in sentences]
             self._lanes[beams].append(self.decoder.start(owners, input_ids, mask, limits, beams))
 
-    def step(self) -> list[tuple[SentenceKey, list[int]]]:
+    def step(self) -> list[tuple[SentenceKey, list[list[int]]]]:
         """One decoder step for every running cohort, lane by lane."""
         finished: Finished = []
         for beams in list(self._lanes):
@@ -188,11 +188,13 @@ class StepScheduler:
             lane[:] = [cohort for cohort in lane if cohort.sentences]
             if not lane:
                 del self._lanes[beams]
-        for owner, _ in finished:
+        answered = []
+        for owner, ranked in finished:
             entry = self._requests[owner.request]
             entry.running -= 1
             if owner.index < entry.lead:
                 entry.lead_left -= 1
             if not entry.running and not entry.waiting:
                 del self._requests[owner.request]
-        return [(owner, ranked[0]) for owner, ranked in finished]  # alternatives: scheduler static only
+            answered.append((owner, ranked[: entry.keep]))
+        return answered

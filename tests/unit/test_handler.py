@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from ts.context import Context
 
-from handlers.errors import TooCostly
-from handlers.pipeline import text_answers
+from handlers import zh_en_handler
+from handlers.translation.answers import TextAnswer
+from handlers.translation.plan import PlannedRequest, render
 from handlers.zh_en_handler import TranslationHandler
 from tests.handler_context import initialized_handler, make_context
 
@@ -111,8 +112,9 @@ def test_an_idle_worker_trims_its_heap_once_and_not_between_calls(
     handler: TranslationHandler, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     trims: list[int] = []
-    monkeypatch.setattr(handler.heap, "_trim", lambda: trims.append(1))
-    monkeypatch.setattr(handler.heap, "idle_seconds", 1.0)
+    heap = handler.requests.decoding.driver.heap  # type: ignore[union-attr]
+    monkeypatch.setattr(heap, "_trim", lambda: trims.append(1))
+    monkeypatch.setattr(heap, "idle_seconds", 1.0)
     for _ in range(3):  # back-to-back calls: no trim in between
         responses, _ = run(handler, tiny_model_dir, [{"body": {"text": "你好", "max_new_tokens": 3}}])
         assert "translation" in responses[0]
@@ -141,24 +143,24 @@ def test_a_request_past_the_text_budget_gets_422_and_its_batch_is_answered(tiny_
     assert responses[0]["stats"]["translated"] == 1 and responses[2]["stats"]["translated"] == 1
 
 
-def test_rendering_past_the_text_budget_is_a_422_for_that_request_only(tiny_model_dir: Path) -> None:
+def test_rendering_past_the_text_budget_is_a_422_for_that_request_only(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Rendering has its own budget: a request planned in time can still be refused at the end."""
     wide: dict[str, Any] = {"max_texts_per_request": 16, "max_chars_per_request": 80_000}
-    planner = initialized_handler(tiny_model_dir, text_budget_ms=60_000, **wide)
-    renderer = initialized_handler(tiny_model_dir, text_budget_ms=1, **wide)
-    jobs = planner.preprocess(
-        [
-            # 16 sentences of 624 protected spans each: milliseconds to put back together.
-            {"body": {"text": [MARKED_UP] * 16, "format": "html", "num_beams": 1}},
-            {"body": {"text": "谢谢。", "num_beams": 1}},
-        ]
-    )
-    renderer.context = context = make_context(tiny_model_dir, "int8", 2)
-    decoded = renderer.inference(jobs)
-    assert jobs[0].work is not None
-    with pytest.raises(TooCostly, match="text 0 is too costly to process: its rebuilding"):
-        text_answers(jobs[0].work, 0.0)  # a budget spent at once: refused whatever the machine's speed
-    responses = renderer.postprocess(decoded)
+    handler = initialized_handler(tiny_model_dir, text_budget_ms=60_000, **wide)
+
+    def spent_for_html(planned: PlannedRequest, budget_seconds: float) -> list[TextAnswer]:
+        # The marked-up request's rendering gets a budget spent at once, whatever the machine's speed.
+        return render(planned, 0.0 if planned.request.text_format == "html" else budget_seconds)
+
+    monkeypatch.setattr(zh_en_handler, "render", spent_for_html)
+    batch: list[dict[str, Any]] = [
+        # 16 sentences of 624 protected spans each: milliseconds to put back together.
+        {"body": {"text": [MARKED_UP] * 16, "format": "html", "num_beams": 1}},
+        {"body": {"text": "谢谢。", "num_beams": 1}},
+    ]
+    responses, context = run(handler, tiny_model_dir, batch)
     assert [context.get_response_status(i)[0] for i in range(2)] == [422, 200]
     assert isinstance(responses[0], dict) and isinstance(responses[1], dict)
     assert "is too costly to process: its rebuilding around the translations" in responses[0]["message"]

@@ -229,6 +229,12 @@ def test_explain_routes_get_a_501_in_the_protocol_shape(
     batch: list[dict[str, Any]] = [{"body": {"instances": ["你好"]}}, {"body": {"text": "你好"}}]
     context = make_context(tiny_model_dir, "int8", len(batch))
     context.request_processor[0] = RequestProcessor({"explain": "True"})
+    context.request_processor[1] = RequestProcessor({"explain": "True"})
     responses = handler.handle(batch, context)
     assert [context.get_response_status(i)[0] for i in range(2)] == [501, 501]
     assert "no explanations" in responses[0]["error"] and responses[1]["type"] == "InvalidRequest"
+    # The header is read per request: a prediction in the same batch is answered.
+    context = make_context(tiny_model_dir, "int8", len(batch))
+    context.request_processor[0] = RequestProcessor({"explain": "True"})
+    responses = handler.handle(batch, context)
+    assert [context.get_response_status(i)[0] for i in range(2)] == [501, 200]

@@ -1,5 +1,5 @@
 """The step scheduler: a sentence's ids are the same however it is scheduled (also on two partitions
-stepping at once, on threads or in processes), and admission is fair.
+stepping at once in processes), and admission is fair.
 
 On the lively tiny stand-in, 200 sentences of mixed lengths, fp32 and int8, greedy and beam 4:
 decoded alone, then through the scheduler with requests (single sentences and 5-sentence
@@ -9,6 +9,7 @@ other rows are at other positions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -20,19 +21,32 @@ from handlers.model.batching import pad_batch
 from handlers.model.decoding import FastDecoder
 from handlers.model.search import Cohort, RowLimits
 from handlers.model.translator import Translator
+from handlers.scheduling.inline import InlineDriver
 from handlers.scheduling.partition_processes import ProcessPartitions
-from handlers.scheduling.partition_threads import ThreadPartitions
+from handlers.scheduling.partitions import Finished
 from handlers.scheduling.step_scheduler import SentenceKey, StepScheduler
+from tests.partitions import stop_partitions
 
 SENTENCES = 200
 
 
 def scheduler(
-    translator: Translator, row_budget: int = 64, max_cohorts: int = 8, document_share: float = 0.0
+    translator: Translator,
+    row_budget: int = 64,
+    max_cohorts: int = 8,
+    document_share: float = 0.0,
+    document_rows_beside_interactive: int = 10**6,
 ) -> StepScheduler:
     assert isinstance(translator.decoder, FastDecoder)
     pad_id = translator.tokenizer.pad_token_id
-    return StepScheduler(translator.decoder, pad_id, row_budget, max_cohorts, document_share)
+    return StepScheduler(
+        translator.decoder, pad_id, row_budget, max_cohorts, document_share, document_rows_beside_interactive
+    )
+
+
+def run(steps: StepScheduler, stop: Callable[[Finished], bool]) -> Finished:
+    """Step in this thread, as a static worker does, until `stop(finished so far)` or nothing is left."""
+    return InlineDriver(steps).run(stop, seconds=60.0)
 
 
 def record_cohorts(steps: StepScheduler, monkeypatch: pytest.MonkeyPatch) -> list[list[SentenceKey]]:
@@ -65,12 +79,9 @@ def translator(request: pytest.FixtureRequest, lively_model_dir: Path) -> Transl
     return Translator.load(lively_model_dir, HandlerConfig(variant=variant, warmup=False))
 
 
-@pytest.mark.parametrize(
-    ("beams", "partitions", "where"),
-    [(1, 1, ThreadPartitions), (4, 1, ThreadPartitions), (4, 2, ThreadPartitions), (4, 2, ProcessPartitions)],
-)
+@pytest.mark.parametrize(("beams", "partitions"), [(1, 1), (4, 1), (4, 2)])
 def test_a_sentence_decodes_the_same_alone_and_joined_mid_flight(
-    translator: Translator, beams: int, partitions: int, where: type[ThreadPartitions | ProcessPartitions]
+    translator: Translator, beams: int, partitions: int
 ) -> None:
     ids = translator.encode([s.source for s in sample_sentences(translator.tokenizer, SENTENCES)])
     limits = [RowLimits(min(40, 2 * len(row) + 10)) for row in ids]
@@ -80,8 +91,12 @@ def test_a_sentence_decodes_the_same_alone_and_joined_mid_flight(
         alone.append(translator.decoder.decode(input_ids, mask, [limit], beams)[0])
     assert len({len(out) for out in alone}) > 3, "the model must end sentences at varied lengths"
 
-    # Two partitions: two running batches stepping at once on two threads or in two processes.
-    steps = where([scheduler(translator) for _ in range(partitions)])
+    # One partition steps in this thread (a static worker); two are two processes stepping at once.
+    inline = InlineDriver(scheduler(translator))
+    processes = (
+        ProcessPartitions([scheduler(translator) for _ in range(partitions)]) if partitions > 1 else None
+    )
+    steps = processes or inline
     members_of = requests_of(SENTENCES)
     scheduled: dict[int, list[int]] = {}
     joined_late = 0
@@ -91,16 +106,18 @@ def test_a_sentence_decodes_the_same_alone_and_joined_mid_flight(
             lead = number % 8 == 3  # every other document streams: its first sentence runs ahead
             steps.submit(number, [ids[i] for i in members], [limits[i] for i in members], beams, lead)
             for key, out in steps.run(lambda _: True, seconds=60.0):  # one step per arrival
-                scheduled[members_of[cast(int, key.request)][key.index]] = out
-        while steps.busy:
+                scheduled[members_of[cast(int, key.request)][key.index]] = out[0]
+        while processes.busy if processes else inline.scheduler.busy:
             for key, out in steps.run(lambda _: False, seconds=60.0):
-                scheduled[members_of[cast(int, key.request)][key.index]] = out
+                scheduled[members_of[cast(int, key.request)][key.index]] = out[0]
     finally:
-        steps.close()
+        if processes:
+            stop_partitions(processes)
     assert joined_late > 20, "most requests must arrive while others are mid-flight"
     differ = [i for i in range(SENTENCES) if scheduled[i] != alone[i]]
-    assert all(steps.sent), f"requests must spread over every partition: {steps.sent}"
-    setting = f"{translator.config.variant} beams={beams} partitions={partitions} {where.__name__}"
+    if processes:
+        assert all(processes.sent), f"requests must spread over every partition: {processes.sent}"
+    setting = f"{translator.config.variant} beams={beams} partitions={partitions}"
     print(f"{setting}: joined mid-flight changes {len(differ)}")
     assert differ == [], f"beam {beams}: sentences {differ[:8]} change when joined mid-flight"
 
@@ -113,12 +130,12 @@ def test_a_new_single_sentence_goes_ahead_of_a_documents_remaining_sentences(
     steps = scheduler(translator, row_budget=8)
     cohorts = record_cohorts(steps, monkeypatch)
     steps.submit("document", ids[:20], limits[:20], 1)
-    steps.run(lambda _: True, seconds=60.0)
+    run(steps, lambda _: True)
     assert steps.state().running_rows == 8 and steps.state().waiting_sentences == 12
     steps.submit("single", ids[20:21], limits[20:21], 1)
     finished: list[SentenceKey] = []
     while steps.busy:
-        finished += [key for key, _ in steps.run(lambda _: False, seconds=60.0)]
+        finished += [key for key, _ in run(steps, lambda _: False)]
     # Rows free up; the document and the single both have none running, so the earlier arrival
     # (the document) takes one row, then the single goes ahead of the document's other 11.
     admitted = [key for cohort in cohorts for key in cohort]
@@ -132,11 +149,11 @@ def test_the_row_budget_and_cohort_cap_bound_the_running_batch(translator: Trans
     steps = scheduler(translator, row_budget=16, max_cohorts=3)
     for number in range(10):
         steps.submit(number, ids[4 * number : 4 * number + 4], limits[:4], 4)
-        steps.run(lambda _: True, seconds=60.0)
+        run(steps, lambda _: True)
         state = steps.state()
         assert state.running_rows <= 16 and state.cohorts <= 3, state
     while steps.busy:
-        steps.run(lambda _: False, seconds=60.0)
+        run(steps, lambda _: False)
     assert steps.state().running_rows == 0
 
 
@@ -152,7 +169,7 @@ def test_documents_keep_their_share_of_rows_under_a_stream_of_single_sentences(
         for _ in range(3):
             steps.submit(f"single-{singles}", [ids[20 + singles % 40]], [limits[0]], 1)
             singles += 1
-        finished = steps.run(lambda _: True, seconds=60.0)
+        finished = run(steps, lambda _: True)
         document_done += sum(key.request == "document" for key, _ in finished)
     # 0.34 of 12 rows: the document runs at least 4 of its sentences at a time, so at 6 steps a
     # sentence it finishes at least 4 every 6 steps once the first ones are through.
@@ -167,17 +184,41 @@ def test_a_streamed_documents_first_sentence_runs_alone_on_an_idle_scheduler(
     steps = scheduler(translator, row_budget=32)
     cohorts = record_cohorts(steps, monkeypatch)
     steps.submit("streamed", ids, limits, 4, lead=1)
-    steps.run(lambda _: True, seconds=60.0)
+    run(steps, lambda _: True)
     state = steps.state()  # the other 11 wait for the lead, not for rows: no backlog
     assert (state.running_rows, state.waiting_sentences, state.backlog) == (4, 11, 0), state
     finished: list[SentenceKey] = []
     while steps.busy:
-        finished += [key for key, _ in steps.run(lambda _: False, seconds=60.0)]
+        finished += [key for key, _ in run(steps, lambda _: False)]
     # The first sentence decodes alone, 8 steps; then the other 11 fill 8 of the 32 rows at a time.
     assert cohorts[0] == [SentenceKey("streamed", 0)] and finished[0] == SentenceKey("streamed", 0)
     assert [len(cohort) for cohort in cohorts[1:]] == [8, 3]
     assert sorted(key.index for key in finished) == list(range(12))
     steps.submit("unstreamed", ids, limits, 4)
-    steps.run(lambda _: True, seconds=60.0)
+    run(steps, lambda _: True)
     assert len(cohorts[3]) == 8, "without a lead the first cohort fills the row budget"
     assert steps.state().backlog == 4, "the other 4 wait for rows"
+
+
+def test_documents_hold_few_rows_beside_interactive_work_and_still_progress(
+    translator: Translator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While one-sentence requests run or wait, documents grow to document_rows_beside_interactive
+    rows at most; a document always runs at least one sentence, so it finishes all the same."""
+    ids = translator.encode([s.source for s in sample_sentences(translator.tokenizer, 60)])
+    limits = [RowLimits(6)] * len(ids)
+    steps = scheduler(translator, row_budget=16, document_share=0.5, document_rows_beside_interactive=4)
+    cohorts = record_cohorts(steps, monkeypatch)
+    steps.submit("document", ids[:30], limits[:30], 1)
+    run(steps, lambda _: True)
+    assert steps.state().running_rows == 16, "alone, a document takes every free row"
+    finished: list[SentenceKey] = []
+    for number in range(30):  # a stream of single sentences that never leaves the scheduler idle
+        steps.submit(f"single-{number}", [ids[30 + number]], [limits[0]], 1)
+        finished += [key for key, _ in run(steps, lambda _: True)]
+    later = [[key for key in cohort if key.request == "document"] for cohort in cohorts[1:]]
+    assert any(later), "a document must keep running beside interactive work"
+    assert max(len(document) for document in later) <= 4, later
+    while steps.busy:
+        finished += [key for key, _ in run(steps, lambda _: False)]
+    assert sorted(key.index for key in finished if key.request == "document") == list(range(30))

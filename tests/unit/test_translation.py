@@ -1,4 +1,5 @@
-"""Requests through plan -> decode (with the sentence cache) -> render -> body, on the tiny stand-in.
+"""Requests through plan -> decode (sentence cache, then the step scheduler) -> render -> body, on
+the tiny stand-in.
 
 The cache is a faster path, so it must give exactly what decoding gives: checked here on the
 lively stand-in (whose output depends on its input) with the cache on and off.
@@ -15,8 +16,11 @@ from handlers.errors import OutOfRange, OverLimit, UnsupportedLanguage
 from handlers.handler_config import HandlerConfig
 from handlers.model.options import GenerationOptions
 from handlers.model.translator import Translator
-from handlers.pipeline import CachedDecoding, RequestWork, plan_request, text_answers
+from handlers.scheduling.inline import InlineDriver
+from handlers.scheduling.step_scheduler import StepScheduler
 from handlers.sentence_cache import SentenceCache
+from handlers.translation.decoding import SentenceDecoding
+from handlers.translation.plan import PlannedRequest, plan_request, render
 from handlers.translation.request import TranslationRequest
 from handlers.wire.errors import client_error
 from handlers.wire.responses import native_body
@@ -35,20 +39,32 @@ def request(*texts: str, **options: int) -> TranslationRequest:
     return TranslationRequest(texts, True, GenerationOptions(**options), want_sentences=True)
 
 
-def answer(work: RequestWork) -> dict[str, Any]:
+def answer(planned: PlannedRequest) -> dict[str, Any]:
     """The native body, as the handler builds it (identity fields aside), with a 12-token limit."""
-    return native_body(text_answers(work), work.request.as_list, work.request.want_sentences, 12)
+    return native_body(render(planned), planned.request.as_list, planned.request.want_sentences, 12)
 
 
-def run(decoder: CachedDecoding, *requests: TranslationRequest) -> list[RequestWork]:
-    works = [plan_request(each, decoder.translator) for each in requests]
-    decoder.decode_batch(works)
-    return works
+def decoding(translator: Translator, cache: SentenceCache, model_tag: str) -> SentenceDecoding:
+    config = translator.config
+    pad_id = translator.tokenizer.pad_token_id
+    steps = StepScheduler(translator.decoder, pad_id, config.max_batch_rows, config.max_cohorts, 0.34, 16)
+    return SentenceDecoding(translator, cache, model_tag, InlineDriver(steps))
+
+
+def run(decoder: SentenceDecoding, *requests: TranslationRequest) -> list[PlannedRequest]:
+    """One static call: open every request, step until all are done, close them."""
+    planned = [plan_request(each, decoder.translator) for each in requests]
+    for owner, each in enumerate(planned):
+        decoder.open(owner, each)
+    decoder.collect(lambda: all(each.done for each in planned), float("inf"))
+    for owner in range(len(planned)):
+        decoder.close(owner)
+    return planned
 
 
 def test_the_cache_answers_exactly_what_decoding_gives(translator: Translator) -> None:
-    cold = CachedDecoding(translator, SentenceCache(0, 0), "m")
-    warm = CachedDecoding(translator, SentenceCache(1000, 10**7), "m")
+    cold = decoding(translator, SentenceCache(0, 0), "m")
+    warm = decoding(translator, SentenceCache(1000, 10**7), "m")
     for options in ({}, {"num_beams": 1}):
         expected = answer(run(cold, request(ARTICLE, **options))[0])
         first = answer(run(warm, request(ARTICLE, **options))[0])
@@ -58,39 +74,37 @@ def test_the_cache_answers_exactly_what_decoding_gives(translator: Translator) -
         assert first["stats"]["cached"] == 0
 
 
-def test_a_sentence_repeated_in_a_batch_is_decoded_once(translator: Translator) -> None:
-    decoder = CachedDecoding(translator, SentenceCache(1000, 10**7), "m")
-    before = translator.generated_tokens
-    counts = decoder.decode_batch([plan_request(request("是那家。"), translator) for _ in range(3)])
-    once = translator.generated_tokens - before
+def test_a_sentence_repeated_in_a_request_is_decoded_once(translator: Translator) -> None:
+    decoder = decoding(translator, SentenceCache(1000, 10**7), "m")
+    run(decoder, request("是那家。", "是那家。", "是那家。"))
+    counts = decoder.take_counts()
+    once = decoding(translator, SentenceCache(0, 0), "n")
+    run(once, request("是那家。"))
     assert (counts.cache_hits, counts.cache_misses, counts.sentences) == (0, 3, 3)
-    before = translator.generated_tokens
-    CachedDecoding(translator, SentenceCache(0, 0), "n").decode_batch(
-        [plan_request(request("是那家。"), translator)]
-    )
-    assert translator.generated_tokens - before == once
+    assert counts.generated_tokens == once.take_counts().generated_tokens > 0
 
 
 def test_cache_keys_separate_decode_options_and_models(translator: Translator) -> None:
     cache = SentenceCache(1000, 10**7)
-    beam4 = answer(run(CachedDecoding(translator, cache, "m"), request("是那家。"))[0])
-    greedy = answer(run(CachedDecoding(translator, cache, "m"), request("是那家。", num_beams=1))[0])
-    other = answer(run(CachedDecoding(translator, cache, "other"), request("是那家。"))[0])
+    beam4 = answer(run(decoding(translator, cache, "m"), request("是那家。"))[0])
+    greedy = answer(run(decoding(translator, cache, "m"), request("是那家。", num_beams=1))[0])
+    other = answer(run(decoding(translator, cache, "other"), request("是那家。"))[0])
     assert beam4["stats"]["cached"] == greedy["stats"]["cached"] == other["stats"]["cached"] == 0
 
 
 def test_an_over_long_sentence_is_cut_translated_whole_and_flagged(translator: Translator) -> None:
     long = "汤姆和他的朋友们在公园喝醉了，汤姆和他的朋友们在公园喝醉了，汤姆不会同意的。"
-    work = run(CachedDecoding(translator, SentenceCache(0, 0), "m"), request(long))[0]
-    assert len(work.chunks[0]) > 1 and all(len(chunk) <= 12 for chunk in work.chunks[0])
-    body = answer(work)
+    planned = run(decoding(translator, SentenceCache(0, 0), "m"), request(long))[0]
+    chunks = planned.texts[0].sentences[0].chunks
+    assert len(chunks) > 1 and all(len(chunk.ids) <= 12 for chunk in chunks)
+    body = answer(planned)
     assert [warning["code"] for warning in body["warnings"]] == ["sentence_cut"]
     assert body["sentences"][0][0]["source"] == long
 
 
 def test_answer_reports_pairs_untranslated_texts_and_stats(translator: Translator) -> None:
-    work = run(CachedDecoding(translator, SentenceCache(0, 0), "m"), request(ARTICLE, "Only English."))[0]
-    body = answer(work)
+    planned = run(decoding(translator, SentenceCache(0, 0), "m"), request(ARTICLE, "Only English."))[0]
+    body = answer(planned)
     assert body["untranslated"] == [1]
     assert body["translations"][1] == "Only English."
     assert body["stats"] == {"sentences": 6, "translated": 4, "cached": 0}
@@ -127,11 +141,9 @@ def test_limits_are_checked_when_planning(translator: Translator) -> None:
 
 def test_alternatives_follow_the_best_translation_and_are_always_decoded(translator: Translator) -> None:
     cache = SentenceCache(1000, 10**7)
-    plain = answer(run(CachedDecoding(translator, cache, "m"), request("汤姆不会同意的。", "是那家。"))[0])
+    plain = answer(run(decoding(translator, cache, "m"), request("汤姆不会同意的。", "是那家。"))[0])
     asked = answer(
-        run(CachedDecoding(translator, cache, "m"), request("汤姆不会同意的。", "是那家。", alternatives=3))[
-            0
-        ]
+        run(decoding(translator, cache, "m"), request("汤姆不会同意的。", "是那家。", alternatives=3))[0]
     )
     # The cache answered the plain request's sentences again, but alternatives are never cached.
     assert asked["stats"]["cached"] == 0 and asked["translations"] == plain["translations"]
@@ -142,9 +154,7 @@ def test_alternatives_follow_the_best_translation_and_are_always_decoded(transla
 
 
 def test_a_text_of_several_sentences_gets_no_alternatives_and_a_warning(translator: Translator) -> None:
-    body = answer(
-        run(CachedDecoding(translator, SentenceCache(0, 0), "m"), request(ARTICLE, alternatives=2))[0]
-    )
+    body = answer(run(decoding(translator, SentenceCache(0, 0), "m"), request(ARTICLE, alternatives=2))[0])
     assert body["alternatives"] == [[]]
     assert [warning["code"] for warning in body["warnings"]] == ["alternatives_single_sentence"]
 
@@ -157,15 +167,15 @@ def test_alternatives_must_stay_below_the_beam_count(translator: Translator) -> 
 def test_glossary_terms_come_back_once_and_share_the_cached_decode(translator: Translator) -> None:
     """The model sees a placeholder, never the target term: two glossaries share the decode."""
     cache = SentenceCache(1000, 10**7)
-    decoding = CachedDecoding(translator, cache, "m")
+    decoder = decoding(translator, cache, "m")
 
     def with_terms(terms: dict[str, str]) -> dict[str, Any]:
         sent = TranslationRequest(("汤姆在公园。",), True, GenerationOptions(), glossary=tuple(terms.items()))
-        return answer(run(decoding, sent)[0])
+        return answer(run(decoder, sent)[0])
 
     first, second = with_terms({"公园": "GARDEN-A"}), with_terms({"公园": "GARDEN-B"})
     assert first["translations"][0].count("GARDEN-A") == 1 and "GARDEN-B" not in first["translations"][0]
     assert second["translations"][0].count("GARDEN-B") == 1 and "GARDEN-A" not in second["translations"][0]
     assert second["stats"]["cached"] == 1
-    plain = answer(run(decoding, request("汤姆在公园。"))[0])
+    plain = answer(run(decoder, request("汤姆在公园。"))[0])
     assert plain["stats"]["cached"] == 0  # without the term the model input differs

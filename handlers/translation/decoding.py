@@ -1,0 +1,138 @@
+"""Where sentences meet the sentence cache and the decoder: the one place that fills them.
+
+open() answers what it can from the cache and submits the rest of a request's chunks to the
+driver (the step scheduler, in the worker's thread or in partition processes); collect() takes
+what the driver finished and fills the chunks, and the cache, with it. A chunk repeated within
+a request is decoded once. The cache holds best translations only: a request that asks for
+alternatives decodes every chunk (and leaves its best in the cache).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field, fields
+
+from handlers.model.translator import Translator
+from handlers.scheduling.partitions import Driver, Finished
+from handlers.sentence_cache import SentenceCache, cache_key
+from handlers.translation.plan import PlannedRequest
+from handlers.translation.sentence import Chunk
+
+
+@dataclass
+class Counts:
+    """What decoding cost since the last take_counts(), for the worker's custom metrics."""
+
+    cache_hits: int = 0
+    cache_misses: int = 0
+    sentences: int = 0
+    generated_tokens: int = 0
+    glossary_hits: int = 0
+    # Each request's time from open() to its first done sentence, in milliseconds.
+    first_sentence_ms: list[float] = field(default_factory=list)
+
+    @property
+    def any(self) -> bool:
+        return any(getattr(self, f.name) for f in fields(self) if f.name != "first_sentence_ms")
+
+
+@dataclass
+class _Decoding:
+    planned: PlannedRequest
+    opened: float
+    waiting: list[list[Chunk]]  # per submitted chunk (the driver's sentence index), every copy of it
+    first_timed: bool = False
+
+
+class SentenceDecoding:
+    def __init__(self, translator: Translator, cache: SentenceCache, model_tag: str, driver: Driver) -> None:
+        self.translator, self.cache, self.driver = translator, cache, driver
+        self.model_tag = model_tag  # name, version, variant: part of every key
+        self.counts = Counts()
+        self._open: dict[Hashable, _Decoding] = {}
+
+    def open(self, owner: Hashable, planned: PlannedRequest) -> None:
+        """Answer the request's chunks from the cache; submit the others (one of each repeat)."""
+        options = planned.request.options
+        settings = self.translator.decode_settings(options)
+        misses: dict[object, list[Chunk]] = {}
+        for sentence in planned.sentences:
+            for chunk in sentence.chunks:
+                chunk.key = cache_key(self.model_tag, settings, chunk.ids)
+                text = None if options.alternatives else self.cache.get(chunk.key)
+                if text is None:
+                    misses.setdefault(chunk.key, []).append(chunk)
+                else:
+                    chunk.text, chunk.cached = text, True
+        chunks = sum(len(sentence.chunks) for sentence in planned.sentences)
+        missed = sum(len(copies) for copies in misses.values())
+        self._add(
+            cache_hits=chunks - missed,
+            cache_misses=missed,
+            sentences=planned.count,
+            glossary_hits=planned.glossary_hits,
+        )
+        entry = _Decoding(planned, time.monotonic(), list(misses.values()))
+        self._open[owner] = entry
+        self._time_first_sentence(entry)
+        if not entry.waiting:
+            return
+        ids = [list(copies[0].ids) for copies in entry.waiting]
+        limits = [self.translator.row_limits(options, len(row)) for row in ids]
+        lead = self._lead(planned, entry.waiting) if planned.request.stream else 0
+        beams = self.translator.beams_for(options)
+        self.driver.submit(owner, ids, limits, beams, lead, keep=1 + options.alternatives)
+
+    def close(self, owner: Hashable) -> None:
+        """Forget a request: answered, or its client gone (its waiting sentences are cancelled)."""
+        entry = self._open.pop(owner, None)
+        if entry is not None and not entry.planned.done:
+            self.driver.cancel(owner)
+
+    def collect(self, news: Callable[[], bool], seconds: float) -> None:
+        """Fill what the driver finishes until `news()` (asked after each arrival) or `seconds` pass."""
+
+        def take(finished: Finished) -> bool:
+            for key, ranked in finished:
+                self._fill(key.request, key.index, ranked)
+            finished.clear()
+            return news()
+
+        for key, ranked in self.driver.run(take, seconds):
+            self._fill(key.request, key.index, ranked)
+
+    def take_counts(self) -> Counts:
+        counts, self.counts = self.counts, Counts()
+        return counts
+
+    def _fill(self, owner: Hashable, index: int, ranked: list[list[int]]) -> None:
+        entry = self._open.get(owner)
+        if entry is None:
+            return  # closed while its sentence ran
+        texts = self.translator.ranked_texts(ranked)
+        copies = entry.waiting[index]
+        self.cache.put(copies[0].key, texts[0])
+        for chunk in copies:
+            chunk.text, chunk.alternatives = texts[0], tuple(texts[1:])
+        self._add(generated_tokens=len(ranked[0]))
+        self._time_first_sentence(entry)
+
+    def _time_first_sentence(self, entry: _Decoding) -> None:
+        if not entry.first_timed and entry.planned.ready() > 0:
+            entry.first_timed = True
+            self.counts.first_sentence_ms.append((time.monotonic() - entry.opened) * 1000)
+
+    def _add(self, **added: int) -> None:
+        for name, value in added.items():
+            setattr(self.counts, name, getattr(self.counts, name) + value)
+
+    @staticmethod
+    def _lead(planned: PlannedRequest, waiting: list[list[Chunk]]) -> int:
+        """How many submitted chunks make up the first streamed line: those of the first sentence
+        not answered by the cache (cached sentences before it are sent at once)."""
+        first = next((s for s in planned.sentences if not s.done), None)
+        if first is None:
+            return 0
+        mine = {id(chunk) for chunk in first.chunks}
+        return sum(1 for copies in waiting if any(id(chunk) in mine for chunk in copies))
