@@ -31,7 +31,6 @@ from handlers.pipeline import BatchCounts
 from handlers.scheduling.partitions import Partitions
 from handlers.scheduling.step_scheduler import SentenceKey
 from handlers.sentence_cache import CacheKey, SentenceCache, cache_key
-from handlers.wire.protocols import ResponseBody
 
 
 @dataclass(frozen=True)
@@ -78,7 +77,7 @@ class OpenRequests:
         scheduler: Partitions,
         cache: SentenceCache,
         model_tag: str,
-        render: Callable[[Job], ResponseBody],
+        render: Callable[[Job], Any],  # the handler's response body, JSON-serialisable
     ) -> None:
         self.translator, self.scheduler, self.cache = translator, scheduler, cache
         self.model_tag, self.render = model_tag, render

@@ -5,15 +5,15 @@ import pytest
 from handlers.handler_config import HandlerConfig
 from handlers.model.options import GenerationOptions
 from handlers.translation.request import TranslationRequest
+from handlers.wire.envelopes import read_body
 from handlers.wire.errors import InvalidRequest
-from handlers.wire.parsing import parse_request, read_body
 
 CONFIG = HandlerConfig(max_texts_per_request=3, max_chars_per_text=20, max_new_tokens=50)
 
 
 def parse_item(item: dict[str, object]) -> TranslationRequest:
     envelope, payload = read_body(item)
-    return parse_request(envelope, payload, CONFIG)
+    return envelope.parse(payload, CONFIG)
 
 
 def parse(body: object) -> object:
@@ -85,3 +85,4 @@ def test_form_post_without_body_gets_415_with_the_fix() -> None:
     with pytest.raises(InvalidRequest) as caught:
         read_body({"汤姆": ""})
     assert caught.value.status == 415 and "Content-Type" in caught.value.message
+
