@@ -66,11 +66,6 @@ def native_request(payload: Any, config: HandlerConfig) -> TranslationRequest:
     stream = payload.get("stream", False)
     if not isinstance(stream, bool):
         raise InvalidRequest(f'"stream" must be true or false, got {stream!r}'[:200])
-    if options.alternatives and config.scheduler != "static":
-        raise InvalidRequest(
-            '"alternatives" needs a model version served with scheduler: static; under scheduler: '
-            "step each sentence keeps only its best hypothesis"
-        )
     glossary = _glossary(payload.get("glossary", {}), config)
     if stream and config.scheduler != "step":
         raise InvalidRequest(
