@@ -6,11 +6,12 @@ to define exactly one class.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from handlers.translation.plan import PlannedRequest
+from handlers.wire.envelope import Envelope, ResponseBody
 from handlers.wire.errors import Busy, InvalidRequest
-from handlers.wire.protocols import NATIVE, Envelope, ResponseBody
+from handlers.wire.native import Native
 
 
 @dataclass
@@ -20,7 +21,7 @@ class Job:
 
     # How the request came in (native, v1, v2): its answer, or its error, is wrapped to match.
     # The one place the envelope is kept; it is known as soon as the body is read.
-    protocol: Envelope = NATIVE
+    protocol: Envelope = field(default_factory=Native)
     planned: PlannedRequest | None = None
     error: InvalidRequest | None = None
     answer: ResponseBody | None = None

@@ -40,9 +40,9 @@ from handlers.sentence_cache import SentenceCache
 from handlers.text.glossary import NO_GLOSSARY, load_tsv
 from handlers.translation.decoding import Counts, SentenceDecoding
 from handlers.translation.plan import plan_request, render
+from handlers.wire.envelope import ResponseBody
+from handlers.wire.envelopes import read_body
 from handlers.wire.errors import InvalidRequest, client_error
-from handlers.wire.parsing import parse_request, read_body
-from handlers.wire.protocols import ResponseBody, answer_at_once, error_body, error_status, wrap_response
 from handlers.wire.responses import native_body
 
 logger = logging.getLogger(__name__)
@@ -141,10 +141,10 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         job = Job()
         try:
             job.protocol, payload = read_body(item)
-            job.answer = answer_at_once(job.protocol, payload)  # LibreTranslate's /detect: no model
+            job.answer = job.protocol.answer_at_once(payload)  # LibreTranslate's /detect: no model
             if job.answer is not None:
                 return job
-            request = parse_request(job.protocol, payload, self.translator.config)
+            request = job.protocol.parse(payload, self.translator.config)
             if context.get_request_header(index, "explain") == "True":
                 # `:explain` routes reach the handler too; a translation model has nothing to explain.
                 raise InvalidRequest(NO_EXPLANATIONS, status=501)
@@ -187,7 +187,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
             self.context.set_response_header(index, "X-Accel-Buffering", "no")  # nginx: pass chunks on
         if job.error is not None:
             # The standard reason phrase: the message (which may quote client input) stays in the body.
-            status = error_status(job.protocol, job.error.status)
+            status = job.protocol.status(job.error.status)
             self.context.set_response_status(status, HTTPStatus(status).phrase, index)
             if job.error.retry_after is not None:
                 self.context.set_response_header(index, "Retry-After", str(job.error.retry_after))
@@ -198,7 +198,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
             return job.answer
         if job.planned is None:
             assert job.error is not None
-            return error_body(job.protocol, job.error.status, job.error.message, job.error.kind)
+            return job.protocol.error_body(job.error)
         request = job.planned.request
         try:
             answers = render(job.planned, self.translator.config.text_budget_ms / 1000)
@@ -209,7 +209,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         body = native_body(
             answers, request.as_list, request.want_sentences, self.translator.config.max_input_tokens
         )
-        return wrap_response(job.protocol, {**body, **self.identity})
+        return job.protocol.answer({**body, **self.identity})
 
     @staticmethod
     def _line(job: Job, index: int) -> bytes:

@@ -42,9 +42,8 @@ from handlers.handler_config import HandlerConfig
 from handlers.text.documents import TextFormat, plan_document
 from handlers.text.glossary import Glossary
 from handlers.text.scripts import check_language
+from handlers.wire.envelopes import read_body
 from handlers.wire.errors import InvalidRequest
-from handlers.wire.parsing import parse_request, read_body
-from handlers.wire.protocols import answer_at_once
 from tests.adversarial import ENTRIES, LINE_BREAKS, MAX_CHARS, REPEATS, RUNS, Case, Entry, cases
 
 REPORT = Path(__file__).resolve().parents[1] / "bench" / "results" / "fuzz.json"
@@ -89,9 +88,9 @@ def _libretranslate(text: str) -> None:
     for route, fmt in (("translate", b"text"), ("translate", b"html"), ("detect", b"text")):
         form = {"libretranslate": route.encode(), "q": q, "source": b"auto", "target": b"en", "format": fmt}
         envelope, payload = read_body(form)
-        if answer_at_once(envelope, payload) is not None:
+        if envelope.answer_at_once(payload) is not None:
             continue
-        request = parse_request(envelope, payload, CONFIG)
+        request = envelope.parse(payload, CONFIG)
         for source in request.texts:
             document = plan_document(source, request.text_format)
             document.render(document.model_inputs)

@@ -7,6 +7,7 @@ body, not the path, nor even the query string), then passes the fields to /predi
 as JSON, any form as a multipart form, whose fields TorchServe hands over as separate keys of the
 request (as bytes). The field rules, messages and statuses follow LibreTranslate 1.9.6
 (libretranslate/app.py, translate() and detect()): every refusal is a 400 {"error": "..."}.
+A body is LibreTranslate's when the front door named its route, or when it holds "q".
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, Self
 
 from handlers.text.scripts import read_script
+from handlers.wire.envelope import Envelope, ResponseBody
 from handlers.wire.errors import InvalidRequest
 
 Route = Literal["translate", "detect"]
@@ -51,79 +53,94 @@ DETECTED_CODES = {"zh": "zh-Hans", "ja": "ja", "ko": "ko"}
 
 
 @dataclass(frozen=True)
-class Call:
-    """One LibreTranslate request as the envelope keeps it: what its answer must carry back."""
+class LibreTranslate(Envelope):
+    """One LibreTranslate request, and what its answer must carry back."""
 
     route: Route = "translate"
     form: bool = False  # fields from a form (LibreTranslate normalises line breaks in those)
     # source "auto": each text's detected language (code, confidence 0-100), answered as
     # "detectedLanguage"; None when the client named the source.
     detected: tuple[tuple[str, float], ...] | None = None
+    name: ClassVar[str] = "libretranslate"
+
+    @classmethod
+    def detect(cls, payload: Any) -> Self | None:
+        return cls.of(payload) if _is_libretranslate(payload) else None
+
+    @classmethod
+    def read_form(cls, item: Mapping[str, Any]) -> tuple[Self, dict[str, Any]] | None:
+        """A LibreTranslate form's fields (the request's keys), or None when the request has a body
+        or its fields are no LibreTranslate request (such a form stays a 415)."""
+        if any(item.get(key) is not None for key in ("body", "data")):
+            return None
+        fields = {name: _text(value) for name, value in item.items()}
+        return (cls.of(fields, form=True), fields) if _is_libretranslate(fields) else None
+
+    @classmethod
+    def of(cls, payload: Mapping[str, Any], form: bool = False) -> Self:
+        """The call a LibreTranslate body makes; never raises (unwrap validates)."""
+        route: Route = "detect" if payload.get(ROUTE_FIELD) == "detect" else "translate"
+        detected = None
+        if route == "translate" and _lower(payload.get("source")) == AUTO:
+            detected = tuple(_detection(text) for text in _texts(payload.get("q")))
+        return cls(route, form, detected)
+
+    def unwrap(self, payload: Any) -> dict[str, Any]:
+        """The native request for a /translate body, checked in LibreTranslate's order and words."""
+        fields = _fields(payload)
+        q = fields.get("q")
+        for name in ("q", "source", "target"):
+            if not fields.get(name):
+                raise InvalidRequest(f"Invalid request: missing {name} parameter")
+        try:
+            alternatives = max(0, int(fields.get("alternatives") or 0))
+        except (TypeError, ValueError):
+            raise InvalidRequest("Invalid request: alternatives parameter is not a number") from None
+        if self.form and isinstance(q, str):
+            q = "\n".join(q.splitlines())  # as LibreTranslate does for forms (RFC 2046 line breaks)
+        source, target = _language(fields["source"]), _language(fields["target"])
+        text_format = fields.get("format") or "text"
+        if text_format not in FORMATS:
+            raise InvalidRequest(f"{text_format} format is not supported")
+        if target.code not in source.targets:
+            raise InvalidRequest(
+                f"{target.name} ({target.code}) is not available as a target language from "
+                f"{source.name} ({source.code})"
+            )
+        native: dict[str, Any] = {"text": q, "format": text_format}
+        if alternatives:
+            native["alternatives"] = alternatives
+        return native
+
+    def answer_at_once(self, payload: Any) -> ResponseBody | None:
+        """POST /detect needs no model: the script check answers it."""
+        return detect_answer(payload) if self.route == "detect" else None
+
+    def answer(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """A native success body in LibreTranslate's shape; our other fields (the stand-in notice
+        above all, warnings, stats, the model's identity) travel beside it, as with v1."""
+        as_list = "translations" in body
+        answer: dict[str, Any] = {"translatedText": body["translations"] if as_list else body["translation"]}
+        if "alternatives" in body:
+            answer["alternatives"] = body["alternatives"]
+        if self.detected is not None:
+            detected = [_detected_language(reading) for reading in self.detected]
+            answer["detectedLanguage"] = detected if as_list else detected[0]
+        taken = (*answer, "translation", "translations")
+        return {**answer, **{key: value for key, value in body.items() if key not in taken}}
+
+    def error_body(self, error: InvalidRequest) -> dict[str, Any]:
+        return {"error": error.message}
+
+    def status(self, status: int) -> int:
+        """LibreTranslate answers every invalid request with 400: over a limit, an unsupported
+        language."""
+        return 400 if status in (413, 415, 422) else status
 
 
 def _is_libretranslate(payload: Any) -> bool:
     """Whether a decoded body is a LibreTranslate request: the front door's route field, or "q"."""
     return isinstance(payload, dict) and (ROUTE_FIELD in payload or "q" in payload)
-
-
-def form_fields(item: Mapping[str, Any]) -> dict[str, Any] | None:
-    """A LibreTranslate form's fields (the request's keys), or None when the request has a body or
-    its fields are no LibreTranslate request (such a form stays a 415)."""
-    if any(item.get(key) is not None for key in ("body", "data")):
-        return None
-    fields = {name: _text(value) for name, value in item.items()}
-    return fields if _is_libretranslate(fields) else None
-
-
-def call_of(payload: Mapping[str, Any], form: bool) -> Call:
-    """The call a LibreTranslate body makes; never raises (unwrap validates)."""
-    route: Route = "detect" if payload.get(ROUTE_FIELD) == "detect" else "translate"
-    detected = None
-    if route == "translate" and _lower(payload.get("source")) == AUTO:
-        detected = tuple(_detection(text) for text in _texts(payload.get("q")))
-    return Call(route, form, detected)
-
-
-def unwrap(call: Call, payload: Any) -> dict[str, Any]:
-    """The native request for a /translate body, checked in LibreTranslate's order and words."""
-    fields = _fields(payload)
-    q = fields.get("q")
-    for name in ("q", "source", "target"):
-        if not fields.get(name):
-            raise InvalidRequest(f"Invalid request: missing {name} parameter")
-    try:
-        alternatives = max(0, int(fields.get("alternatives") or 0))
-    except (TypeError, ValueError):
-        raise InvalidRequest("Invalid request: alternatives parameter is not a number") from None
-    if call.form and isinstance(q, str):
-        q = "\n".join(q.splitlines())  # as LibreTranslate does for forms (RFC 2046 line breaks)
-    source, target = _language(fields["source"]), _language(fields["target"])
-    text_format = fields.get("format") or "text"
-    if text_format not in FORMATS:
-        raise InvalidRequest(f"{text_format} format is not supported")
-    if target.code not in source.targets:
-        raise InvalidRequest(
-            f"{target.name} ({target.code}) is not available as a target language from "
-            f"{source.name} ({source.code})"
-        )
-    native: dict[str, Any] = {"text": q, "format": text_format}
-    if alternatives:
-        native["alternatives"] = alternatives
-    return native
-
-
-def wrap(call: Call, body: Mapping[str, Any]) -> dict[str, Any]:
-    """A native success body in LibreTranslate's shape; our other fields (the stand-in notice above
-    all, warnings, stats, the model's identity) travel beside it, as with v1."""
-    as_list = "translations" in body
-    answer: dict[str, Any] = {"translatedText": body["translations"] if as_list else body["translation"]}
-    if "alternatives" in body:
-        answer["alternatives"] = body["alternatives"]
-    if call.detected is not None:
-        detected = [_detected_language(reading) for reading in call.detected]
-        answer["detectedLanguage"] = detected if as_list else detected[0]
-    taken = (*answer, "translation", "translations")
-    return {**answer, **{key: value for key, value in body.items() if key not in taken}}
 
 
 def detect_answer(payload: Any) -> list[dict[str, Any]]:
@@ -137,11 +154,6 @@ def detect_answer(payload: Any) -> list[dict[str, Any]]:
     if not texts:
         raise InvalidRequest("Invalid request: q must be a text or a list of texts")
     return [_detected_language(_detection("\n".join(texts)))]
-
-
-def error_status(status: int) -> int:
-    """LibreTranslate answers every invalid request with 400: over a limit, an unsupported language."""
-    return 400 if status in (413, 415, 422) else status
 
 
 def languages_body() -> list[dict[str, Any]]:

@@ -1,12 +1,13 @@
-"""Turn one TorchServe request into a validated TranslationRequest, or an InvalidRequest.
+"""Decode one TorchServe request's body, and validate a native request once into a TranslationRequest.
 
 Two steps, so that the protocol is known before anything can fail in its shape:
-read_body() decodes the body and names its protocol (an error there is answered natively);
-parse_request() unwraps a v1/v2 (Open Inference Protocol) body into our native shape and
-validates it once. TorchServe hands each request over as a dict of named parameters: a JSON
-body arrives parsed under "body" (or "data"), a text/* body as str, anything else (including
-JSON that failed to parse, or text that is not UTF-8) as bytes; a form (LibreTranslate's clients
-post them) arrives as one key per field, beside the query parameters.
+handlers.wire.envelopes.read_body decodes the body here (an error there is answered natively)
+and names its envelope; the envelope unwraps its body into our native shape, which
+native_request() validates once, whatever the protocol. TorchServe hands each request over as a
+dict of named parameters: a JSON body arrives parsed under "body" (or "data"), a text/* body as
+str, anything else (including JSON that failed to parse, or text that is not UTF-8) as bytes; a
+form (LibreTranslate's clients post them) arrives as one key per field, beside the query
+parameters, and is its envelope's to read.
 """
 
 from __future__ import annotations
@@ -19,9 +20,7 @@ from handlers.handler_config import HandlerConfig
 from handlers.model.options import GenerationOptions
 from handlers.text.documents import TEXT_FORMATS, TextFormat
 from handlers.translation.request import TranslationRequest
-from handlers.wire import libretranslate, protocols
 from handlers.wire.errors import InvalidRequest
-from handlers.wire.protocols import Envelope
 
 OPTION_KEYS = ("num_beams", "max_new_tokens", "min_new_tokens", "alternatives")
 # "sentences": also answer the aligned (source, translation) sentence pairs; "format": how the text
@@ -32,25 +31,14 @@ PROTOCOL_KEYS = (*OPTION_KEYS, *DOCUMENT_KEYS)
 ALLOWED_KEYS = ("text", *PROTOCOL_KEYS, "stream")
 
 
-def read_body(item: Mapping[str, Any]) -> tuple[Envelope, Any]:
-    """The protocol one request of a batch speaks, and its decoded body (not yet validated)."""
-    fields = libretranslate.form_fields(item)
-    if fields is not None:  # a LibreTranslate form: TorchServe hands its fields over as keys
-        return protocols.detect(fields, form=True), fields
-    payload = _decode_body(_body_of(item))
-    return protocols.detect(payload), payload
+def decode_body(item: Mapping[str, Any]) -> Any:
+    """The decoded body of one request of a batch (not yet validated); InvalidRequest when there is
+    none, or it is not UTF-8, or not JSON though it looks like it."""
+    return _decode_body(_body_of(item))
 
 
-def parse_request(envelope: Envelope, payload: Any, config: HandlerConfig) -> TranslationRequest:
-    """Validate a decoded body once, in our native shape; raise InvalidRequest naming the problem."""
-    try:
-        native = protocols.unwrap(envelope, payload, PROTOCOL_KEYS)
-    except protocols.ProtocolError as error:
-        raise InvalidRequest(str(error)) from None
-    return _parse_payload(native, config)
-
-
-def _parse_payload(payload: Any, config: HandlerConfig) -> TranslationRequest:
+def native_request(payload: Any, config: HandlerConfig) -> TranslationRequest:
+    """Validate a payload in our native shape once; raise InvalidRequest naming the problem."""
     if isinstance(payload, str):
         return _validated(TranslationRequest((payload,), False, GenerationOptions()), config)
     if not isinstance(payload, dict):
@@ -78,11 +66,6 @@ def _parse_payload(payload: Any, config: HandlerConfig) -> TranslationRequest:
     stream = payload.get("stream", False)
     if not isinstance(stream, bool):
         raise InvalidRequest(f'"stream" must be true or false, got {stream!r}'[:200])
-    if options.alternatives and config.scheduler != "static":
-        raise InvalidRequest(
-            '"alternatives" needs a model version served with scheduler: static; under scheduler: '
-            "step each sentence keeps only its best hypothesis"
-        )
     glossary = _glossary(payload.get("glossary", {}), config)
     if stream and config.scheduler != "step":
         raise InvalidRequest(
@@ -121,7 +104,7 @@ def _decode_body(body: Any) -> Any:
         except json.JSONDecodeError as error:
             header = _binary_v2_header(text, error)
             if header is not None:
-                return header  # protocols refuses its binary tensors by name, in the v2 shape
+                return header  # the v2 envelope refuses its binary tensors by name, in its shape
             raise InvalidRequest(f"request body is not valid JSON: {error}") from None
         except RecursionError as error:
             raise InvalidRequest(f"request body is not valid JSON: {error}") from None

@@ -1,7 +1,7 @@
 """The native response body, built from what each text of a request became.
 
 Identity fields (model, version, variant, stand-in notice) are added by the handler, and
-handlers.wire.protocols wraps the body for v1/v2 clients.
+the request's envelope puts the body in its protocol's shape.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ import pytest
 from handlers.handler_config import HandlerConfig
 from handlers.text.documents import plan_document
 from handlers.text.glossary import MAX_FILE_ENTRIES, Glossary, GlossaryFileError, load_tsv
+from handlers.wire.envelopes import read_body
 from handlers.wire.errors import InvalidRequest
-from handlers.wire.parsing import parse_request, read_body
 
 GLOSSARY = Glossary({"北京": "Beijing", "北京大学": "Peking University", "大学": "university"})
 
@@ -101,7 +101,7 @@ CONFIG = HandlerConfig(max_glossary_entries=2, max_glossary_chars=10)
 
 def parse(glossary: object) -> object:
     envelope, payload = read_body({"body": {"text": "你好", "glossary": glossary}})
-    return parse_request(envelope, payload, CONFIG)
+    return envelope.parse(payload, CONFIG)
 
 
 @pytest.mark.parametrize(

@@ -16,16 +16,16 @@ import pytest
 
 from handlers.handler_config import HandlerConfig
 from handlers.wire import libretranslate
+from handlers.wire.envelopes import detect, read_body
 from handlers.wire.errors import InvalidRequest
-from handlers.wire.libretranslate import Call
-from handlers.wire.parsing import parse_request, read_body
-from handlers.wire.protocols import Envelope, answer_at_once, detect, error_body, error_status, wrap_response
+from handlers.wire.kserve_v2 import KServeV2
+from handlers.wire.libretranslate import LibreTranslate
 from handlers.zh_en_handler import TranslationHandler
 from tests.handler_context import initialized_handler, make_context
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = HandlerConfig(max_texts_per_request=3, max_chars_per_text=20, max_new_tokens=50)
-TRANSLATE = Envelope("libretranslate", libretranslate=Call("translate"))
+TRANSLATE = LibreTranslate("translate")
 IDENTITY = {"model": "zh_en", "version": "1.0-int8", "variant": "int8", "decoder": "fast", "standin": False}
 
 
@@ -44,13 +44,13 @@ def form_item(route: str | None = "translate", **fields: str) -> dict[str, Any]:
 def test_the_body_or_the_front_door_names_libretranslate() -> None:
     assert detect(lt()) == TRANSLATE  # a JSON body with "q", on any route
     assert detect(lt(libretranslate="translate")) == TRANSLATE
-    detecting = Envelope("libretranslate", libretranslate=Call("detect"))
+    detecting = LibreTranslate("detect")
     assert detect({"q": "你好", "libretranslate": "detect"}) == detecting
     # The front door's route field wins over what else the body holds.
     assert detect({"inputs": [], "libretranslate": "detect"}) == detecting
     assert detect({"text": "你好"}).name == "native"
     envelope, fields = read_body(form_item(q="你好", source="zh", target="en"))
-    assert envelope == Envelope("libretranslate", libretranslate=Call("translate", form=True))
+    assert envelope == LibreTranslate("translate", form=True)
     assert fields == {"q": "你好", "source": "zh", "target": "en", "libretranslate": "translate"}
     assert read_body(form_item(None, q="你好"))[0].name == "libretranslate"  # a form with q, straight in
     envelope, payload = read_body({"body": json.dumps(lt(libretranslate="translate")).encode()})
@@ -80,13 +80,13 @@ def test_a_form_that_is_not_libretranslate_is_still_a_415() -> None:
     ],
 )
 def test_translate_unwraps_to_the_native_request(fields: dict[str, Any], native: dict[str, Any]) -> None:
-    assert libretranslate.unwrap(Call(), fields) == native
+    assert LibreTranslate().unwrap(fields) == native
 
 
 def test_a_form_gets_its_line_breaks_normalised_as_libretranslate_does() -> None:
     envelope, fields = read_body(form_item(q="一。\r\n二。\r三。\n", source="zh", target="en"))
-    assert parse_request(envelope, fields, CONFIG).texts == ("一。\n二。\n三。",)
-    assert libretranslate.unwrap(Call(), lt(q="一。\r\n二。"))["text"] == "一。\r\n二。"  # JSON: as sent
+    assert envelope.parse(fields, CONFIG).texts == ("一。\n二。\n三。",)
+    assert LibreTranslate().unwrap(lt(q="一。\r\n二。"))["text"] == "一。\r\n二。"  # JSON: as sent
 
 
 @pytest.mark.parametrize(
@@ -108,24 +108,24 @@ def test_a_form_gets_its_line_breaks_normalised_as_libretranslate_does() -> None
 )
 def test_translate_refuses_in_libretranslate_words(fields: Any, message: str) -> None:
     with pytest.raises(InvalidRequest) as caught:
-        parse_request(TRANSLATE, fields, CONFIG)
+        TRANSLATE.parse(fields, CONFIG)
     assert caught.value.status == 400 and caught.value.message == message
 
 
 def test_native_limits_apply_and_answer_400_as_libretranslate_does() -> None:
     with pytest.raises(InvalidRequest) as caught:
-        parse_request(TRANSLATE, lt(q=["一", "二", "三", "四"]), CONFIG)
+        TRANSLATE.parse(lt(q=["一", "二", "三", "四"]), CONFIG)
     assert caught.value.status == 413 and "max_texts_per_request (3)" in caught.value.message
-    assert error_status(TRANSLATE, 413) == error_status(TRANSLATE, 422) == 400
-    assert error_status(TRANSLATE, 503) == 503 and error_status(Envelope("v2"), 413) == 413
-    assert error_body(TRANSLATE, 400, "bad") == {"error": "bad"}
+    assert TRANSLATE.status(413) == TRANSLATE.status(422) == 400
+    assert TRANSLATE.status(503) == 503 and KServeV2().status(413) == 413
+    assert TRANSLATE.error_body(InvalidRequest("bad")) == {"error": "bad"}
 
 
 def test_answers_in_libretranslate_shape() -> None:
     one = {"translation": "Hello.", "warnings": [], **IDENTITY}
-    assert wrap_response(TRANSLATE, one) == {"translatedText": "Hello.", "warnings": [], **IDENTITY}
+    assert TRANSLATE.answer(one) == {"translatedText": "Hello.", "warnings": [], **IDENTITY}
     several = {"translations": ["One.", "Two."], "alternatives": [["1."], []], **IDENTITY}
-    assert wrap_response(TRANSLATE, several) == {
+    assert TRANSLATE.answer(several) == {
         "translatedText": ["One.", "Two."],
         "alternatives": [["1."], []],
         **IDENTITY,
@@ -134,17 +134,17 @@ def test_answers_in_libretranslate_shape() -> None:
 
 def test_source_auto_answers_what_the_script_check_read() -> None:
     envelope = detect(lt(q=["你好", "Hello", "你好 world"], source="auto"))
-    assert envelope.libretranslate is not None
-    assert envelope.libretranslate.detected == (("zh-Hans", 100.0), ("en", 0.0), ("zh-Hans", 28.6))
-    body = wrap_response(envelope, {"translations": ["Hi", "Hello", "Hi world"]})
+    assert isinstance(envelope, LibreTranslate)
+    assert envelope.detected == (("zh-Hans", 100.0), ("en", 0.0), ("zh-Hans", 28.6))
+    body = envelope.answer({"translations": ["Hi", "Hello", "Hi world"]})
     assert body["detectedLanguage"][0] == {"confidence": 100.0, "language": "zh-Hans"}
     assert body["detectedLanguage"][1] == libretranslate.NOTHING_RECOGNISED
     single = detect(lt(source="Auto"))
-    assert wrap_response(single, {"translation": "Hi"})["detectedLanguage"] == {
+    assert single.answer({"translation": "Hi"})["detectedLanguage"] == {
         "confidence": 100.0,
         "language": "zh-Hans",
     }
-    assert "detectedLanguage" not in wrap_response(TRANSLATE, {"translation": "Hi"})
+    assert "detectedLanguage" not in TRANSLATE.answer({"translation": "Hi"})
 
 
 @pytest.mark.parametrize(
@@ -165,12 +165,12 @@ def test_detect_answers_the_script_check(q: Any, language: str) -> None:
 
 
 def test_detect_needs_q() -> None:
-    envelope = Envelope("libretranslate", libretranslate=Call("detect", form=True))
+    envelope = LibreTranslate("detect", form=True)
     for payload in ({}, {"q": ""}, {"q": [1]}):
         with pytest.raises(InvalidRequest) as caught:
-            answer_at_once(envelope, payload)
+            envelope.answer_at_once(payload)
         assert caught.value.status == 400 and "q" in caught.value.message
-    assert answer_at_once(TRANSLATE, lt()) is None
+    assert TRANSLATE.answer_at_once(lt()) is None
 
 
 def test_the_front_door_serves_the_languages_the_handler_knows() -> None:

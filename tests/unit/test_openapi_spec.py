@@ -1,7 +1,7 @@
 """docs/openapi.yaml: a valid OpenAPI 3.1 document that agrees with the code it describes.
 
 The spec's limits, enums and field names are compared with what the handler enforces (HandlerConfig,
-the shipped model configs, wire.parsing, wire.protocols), and the handler's own answers are validated
+the shipped model configs, wire.parsing and the envelopes), and the handler's own answers are validated
 against the spec's response schemas, so the contract cannot drift silently.
 """
 
@@ -21,7 +21,7 @@ from referencing.jsonschema import DRAFT202012
 
 from handlers.handler_config import DecoderName, HandlerConfig, Variant
 from handlers.text.documents import TEXT_FORMATS
-from handlers.wire import libretranslate, parsing, protocols
+from handlers.wire import kserve_v1, kserve_v2, libretranslate, parsing
 from handlers.zh_en_handler import TranslationHandler
 from serving.nginx_conf import FrontDoorConfig
 from serving.torchserve import PRODUCTION_CONFIG
@@ -151,10 +151,10 @@ def test_request_fields_match_the_parser() -> None:
     options = list(parsing.PROTOCOL_KEYS)
     assert list(SCHEMAS["Options"]["properties"]) == options
     v2_parameters = SCHEMAS["V2Parameters"]["properties"]
-    assert set(v2_parameters) == set(options) | protocols.V2_TRANSPORT_PARAMETERS
-    assert list(SCHEMAS["V2InferenceRequest"]["properties"]) == list(protocols.V2_REQUEST_KEYS)
-    assert list(SCHEMAS["V2InputTensor"]["properties"]) == list(protocols.V2_TENSOR_KEYS)
-    assert list(SCHEMAS["V1PredictRequest"]["properties"]) == list(protocols.V1_REQUEST_KEYS)
+    assert set(v2_parameters) == set(options) | kserve_v2.V2_TRANSPORT_PARAMETERS
+    assert list(SCHEMAS["V2InferenceRequest"]["properties"]) == list(kserve_v2.V2_REQUEST_KEYS)
+    assert list(SCHEMAS["V2InputTensor"]["properties"]) == list(kserve_v2.V2_TENSOR_KEYS)
+    assert list(SCHEMAS["V1PredictRequest"]["properties"]) == list(kserve_v1.V1_REQUEST_KEYS)
     fields = [*libretranslate.FIELDS, "api_key"]
     assert list(SCHEMAS["LibreTranslateRequest"]["properties"]) == fields
     assert list(SCHEMAS["LibreTranslateForm"]["properties"]) == fields

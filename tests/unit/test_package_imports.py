@@ -3,8 +3,9 @@
 Read from the source with ast, so a new import that breaks the rule fails here rather than in review:
 - text/ knows neither torch nor HTTP: it imports only itself and handlers.errors;
 - model/ and scheduling/ never import the wire edge or the handler's top level;
-- wire/ never imports the handler's top level (it may read text formats, the script check and model
-  options).
+- wire/ never imports the handler's top level (it may read text formats, the script check, model
+  options and the domain types it converts to and from, handlers.translation);
+- the wire edge stays at the edge: only the handler's top level (zh_en_handler.py, jobs.py) imports it.
 """
 
 from __future__ import annotations
@@ -24,8 +25,15 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "text": (),
     "model": (),
     "scheduling": ("handlers.model",),
-    "wire": ("handlers.text.documents", "handlers.text.scripts", "handlers.model.options"),
+    "wire": (
+        "handlers.text.documents",
+        "handlers.text.scripts",
+        "handlers.model.options",
+        "handlers.translation",
+    ),
 }
+# The only modules outside handlers/wire/ that may import it: they read requests and write answers.
+WIRE_IMPORTERS = {HANDLERS / "zh_en_handler.py", HANDLERS / "jobs.py"}
 NO_THIRD_PARTY = {"text": ("torch", "transformers", "ts", "requests")}
 
 
@@ -55,6 +63,24 @@ def test_a_package_imports_only_downward(package: str) -> None:
         if name.split(".")[0] == "handlers" and not name.startswith(allowed)
     }
     assert not wrong, f"handlers/{package} imports against the direction: {sorted(wrong)}"
+
+
+def test_only_the_handlers_top_level_imports_the_wire_edge() -> None:
+    below = [
+        path
+        for path in sorted(HANDLERS.rglob("*.py"))
+        if path not in WIRE_IMPORTERS and (HANDLERS / "wire") not in path.parents
+    ]
+    assert HANDLERS / "translation" / "decoding.py" in below and HANDLERS / "translation" / "request.py" in below
+    wrong = {
+        f"{path.relative_to(HANDLERS)}: {name}"
+        for path in below
+        for name in imports_of(path)
+        if name == "handlers.wire" or name.startswith("handlers.wire.")
+    }
+    assert not wrong, (
+        f"only {sorted(path.name for path in WIRE_IMPORTERS)} may import handlers.wire: {sorted(wrong)}"
+    )
 
 
 def test_text_needs_neither_torch_nor_http() -> None:

@@ -11,24 +11,19 @@ from ts.context import RequestProcessor
 
 from handlers.handler_config import HandlerConfig
 from handlers.model.options import GenerationOptions
+from handlers.wire.envelopes import detect, read_body
 from handlers.wire.errors import InvalidRequest
-from handlers.wire.parsing import PROTOCOL_KEYS, parse_request, read_body
-from handlers.wire.protocols import (
-    NATIVE,
-    Envelope,
-    ProtocolError,
-    detect,
-    error_body,
-    unwrap,
-    wrap_response,
-)
+from handlers.wire.kserve import ProtocolError
+from handlers.wire.kserve_v1 import KServeV1
+from handlers.wire.kserve_v2 import KServeV2
+from handlers.wire.native import Native
 from handlers.zh_en_handler import TranslationHandler
 from tests.handler_context import make_context
 
-OPTIONS = PROTOCOL_KEYS
 CONFIG = HandlerConfig(max_texts_per_request=3, max_chars_per_text=20, max_new_tokens=50)
-V2 = Envelope("v2")
-V1 = Envelope("v1")
+V2 = KServeV2()
+V1 = KServeV1()
+NATIVE = Native()
 
 
 def v2(*texts: Any, **extra: Any) -> dict[str, Any]:
@@ -37,26 +32,26 @@ def v2(*texts: Any, **extra: Any) -> dict[str, Any]:
 
 
 def test_detect_reads_the_protocol_from_the_body() -> None:
-    assert detect(v2("你好", id="r1")) == Envelope("v2", "r1")
+    assert detect(v2("你好", id="r1")) == KServeV2("r1")
     assert detect(v2("你好", id=7)) == V2  # a bad id is unwrap's to refuse
     assert detect({"instances": ["你好"]}) == V1
-    assert detect({"text": "你好"}) is NATIVE
-    assert detect("你好") is NATIVE
-    assert detect([1]) is NATIVE
+    assert detect({"text": "你好"}) == NATIVE
+    assert detect("你好") == NATIVE
+    assert detect([1]) == NATIVE
 
 
 def test_v2_unwraps_to_the_native_request() -> None:
     body = v2("一", "二", parameters={"num_beams": 2, "binary_data_output": True})
-    assert unwrap(V2, body, OPTIONS) == {"text": ["一", "二"], "num_beams": 2}
+    assert V2.unwrap(body) == {"text": ["一", "二"], "num_beams": 2}
     tritonclient_style = v2("一", outputs=[{"name": "translation", "parameters": {"binary_data": False}}])
     tritonclient_style["inputs"][0]["parameters"] = {"content_type": "str"}
-    assert unwrap(V2, tritonclient_style, OPTIONS) == {"text": ["一"]}
+    assert V2.unwrap(tritonclient_style) == {"text": ["一"]}
 
 
 def test_v1_unwraps_strings_and_text_objects() -> None:
     body = {"instances": ["一", {"text": "二"}], "parameters": {"max_new_tokens": 5}}
-    assert unwrap(V1, body, OPTIONS) == {"text": ["一", "二"], "max_new_tokens": 5}
-    assert unwrap(NATIVE, {"text": "x"}, OPTIONS) == {"text": "x"}
+    assert V1.unwrap(body) == {"text": ["一", "二"], "max_new_tokens": 5}
+    assert NATIVE.unwrap({"text": "x"}) == {"text": "x"}
 
 
 def bad_tensor(**override: Any) -> dict[str, Any]:
@@ -97,7 +92,7 @@ def bad_tensor(**override: Any) -> dict[str, Any]:
 )
 def test_bad_v2_bodies_name_the_problem(body: dict[str, Any], fragment: str) -> None:
     with pytest.raises(ProtocolError) as caught:
-        unwrap(detect(body), body, OPTIONS)
+        detect(body).unwrap(body)
     assert fragment in str(caught.value)
 
 
@@ -115,7 +110,7 @@ def test_bad_v2_bodies_name_the_problem(body: dict[str, Any], fragment: str) -> 
 )
 def test_bad_v1_bodies_name_the_problem(body: dict[str, Any], fragment: str) -> None:
     with pytest.raises(ProtocolError) as caught:
-        unwrap(V1, body, OPTIONS)
+        V1.unwrap(body)
     assert fragment in str(caught.value)
 
 
@@ -124,42 +119,42 @@ IDENTITY = {"model": "zh_en", "version": "1.0-int8", "variant": "int8", "decoder
 
 def test_wrap_response_in_each_shape() -> None:
     body = {"translations": ["One.", "Two."], **IDENTITY}
-    assert wrap_response(NATIVE, body) == body
-    assert wrap_response(V1, body) == {"predictions": ["One.", "Two."], **IDENTITY}
-    assert wrap_response(Envelope("v2", "r1"), body) == {
+    assert NATIVE.answer(body) == body
+    assert V1.answer(body) == {"predictions": ["One.", "Two."], **IDENTITY}
+    assert KServeV2("r1").answer(body) == {
         "model_name": "zh_en",
         "model_version": "1.0-int8",
         "id": "r1",
         "outputs": [{"name": "translation", "datatype": "BYTES", "shape": [2], "data": ["One.", "Two."]}],
         "parameters": {"variant": "int8", "decoder": "fast", "standin": False},
     }
-    assert "id" not in wrap_response(V2, body)
+    assert "id" not in V2.answer(body)
 
 
 def test_v2_parameters_stay_scalars() -> None:
     # The protocol allows string, number or boolean parameter values: structures travel as JSON text.
     body = {"translations": ["x"], **IDENTITY, "stats": {"sentences": 1}, "untranslated": [0]}
-    parameters = wrap_response(V2, body)["parameters"]
+    parameters = V2.answer(body)["parameters"]
     assert json.loads(parameters["stats"]) == {"sentences": 1} and parameters["untranslated"] == "[0]"
 
 
 def test_error_bodies() -> None:
-    assert error_body(NATIVE, 413, "too many") == {
+    assert NATIVE.error_body(InvalidRequest("too many", 413)) == {
         "code": 413,
         "type": "InvalidRequest",
         "message": "too many",
     }
-    assert error_body(V1, 400, "bad") == error_body(V2, 400, "bad") == {"error": "bad"}
+    assert V1.error_body(InvalidRequest("bad")) == V2.error_body(InvalidRequest("bad")) == {"error": "bad"}
 
 
 def test_the_body_names_its_protocol_then_is_unwrapped_and_validated_once() -> None:
     envelope, payload = read_body({"body": v2("一", "二", id="r9", parameters={"num_beams": 2})})
-    assert envelope == Envelope("v2", "r9")
-    request = parse_request(envelope, payload, CONFIG)
+    assert envelope == KServeV2("r9")
+    request = envelope.parse(payload, CONFIG)
     assert request.texts == ("一", "二") and request.as_list
     assert request.options == GenerationOptions(num_beams=2)
     assert read_body({"body": b'{"instances": ["\\u4e00"]}'})[0] == V1
-    assert read_body({"body": {"text": "一"}})[0] is NATIVE
+    assert read_body({"body": {"text": "一"}})[0] == NATIVE
 
 
 @pytest.mark.parametrize(
@@ -178,7 +173,7 @@ def test_native_limits_apply_whatever_the_protocol(body: dict[str, Any], status:
     envelope, payload = read_body({"body": body})
     assert envelope == detect(body)  # known before validation fails: the error is answered in its shape
     with pytest.raises(InvalidRequest) as caught:
-        parse_request(envelope, payload, CONFIG)
+        envelope.parse(payload, CONFIG)
     assert caught.value.status == status and fragment in caught.value.message
 
 

@@ -2,18 +2,18 @@ from __future__ import annotations
 
 import pytest
 
-from handlers.handler_config import HandlerConfig
+from handlers.handler_config import HandlerConfig, Scheduler
 from handlers.model.options import GenerationOptions
 from handlers.translation.request import TranslationRequest
+from handlers.wire.envelopes import read_body
 from handlers.wire.errors import InvalidRequest
-from handlers.wire.parsing import parse_request, read_body
 
 CONFIG = HandlerConfig(max_texts_per_request=3, max_chars_per_text=20, max_new_tokens=50)
 
 
 def parse_item(item: dict[str, object]) -> TranslationRequest:
     envelope, payload = read_body(item)
-    return parse_request(envelope, payload, CONFIG)
+    return envelope.parse(payload, CONFIG)
 
 
 def parse(body: object) -> object:
@@ -85,3 +85,20 @@ def test_form_post_without_body_gets_415_with_the_fix() -> None:
     with pytest.raises(InvalidRequest) as caught:
         read_body({"汤姆": ""})
     assert caught.value.status == 415 and "Content-Type" in caught.value.message
+
+
+@pytest.mark.parametrize("scheduler", ["static", "step"])
+def test_alternatives_parse_under_every_scheduler_and_streaming_needs_step(scheduler: Scheduler) -> None:
+    config = HandlerConfig(scheduler=scheduler)
+    envelope, payload = read_body({"body": {"text": "你好", "alternatives": 2}})
+    assert envelope.parse(payload, config).options.alternatives == 2
+    streamed = {"text": "你好", "stream": True}
+    if scheduler == "step":
+        assert envelope.parse(streamed, config).stream
+        return
+    with pytest.raises(InvalidRequest) as caught:
+        envelope.parse(streamed, config)
+    assert (
+        caught.value.status == 400
+        and "needs a model version served with scheduler: step" in caught.value.message
+    )
