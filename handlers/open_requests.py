@@ -9,10 +9,11 @@ answer leaves:
 - `scheduler: step` (TorchServe's continuousBatching): TorchServe calls the handler again and
   again while any request is open, a new request with its body and an open one with its id
   only, and every call answers every request with one chunk. The chunk's `more` flag becomes
-  TorchServe's ts_stream_next: the first chunk of a request sends the HTTP status and headers,
-  the last one (more=False) closes it, and more=None sends a whole response in one call (a
-  request answered within its first call, or a client error: TorchServe closes the connection
-  after a 4xx; if it still sends such a request later, it gets empty chunks until it stops).
+  TorchServe's ts_stream_next: the first chunk of a request sends the HTTP status and headers
+  (TorchServe 0.12 sends them only with a chunk that says more follow), and the last one
+  (more=False) ends the request: so every answer takes at least two calls. A client error is one
+  whole response (more=None): TorchServe closes the connection after a 4xx, which ends the
+  request; until it stops sending it, it gets empty answers.
   A streamed request (`"stream": true`) gets one JSON line per sentence, in order, as soon as
   that sentence and every one before it are done, then the whole response as the last line.
 
@@ -36,7 +37,7 @@ class Progress:
 
     first: bool  # the request's first answer (it carries the status and headers)
     lines: range  # sentences to stream now, by index among the sentences the model decodes
-    finished: bool  # the whole answer is due now
+    done: bool  # every sentence is decoded (or the request needs none): its whole answer can go
 
 
 @dataclass
@@ -44,7 +45,7 @@ class _Open:
     job: Job
     calls: int = 0  # answers given so far
     streamed: int = 0  # sentences already streamed
-    answered: bool = False  # its whole answer has been given
+    answered: bool = False  # its whole answer has been given, and TorchServe still sends it
 
     @property
     def streaming(self) -> bool:
@@ -55,9 +56,10 @@ class _Open:
         return self.job.planned is None or self.job.planned.done
 
     def has_news(self) -> bool:
+        """Something to send: a first chunk (the status), the whole answer, or a streamed line."""
         if self.answered:
             return False
-        if self.done:
+        if self.calls == 0 or self.done:
             return True
         assert self.job.planned is not None
         return self.streaming and self.job.planned.ready() > self.streamed
@@ -99,35 +101,34 @@ class OpenRequests:
     def advance(self, seconds: float, backlog_seconds: float) -> None:
         """A continuous call: take what the driver finishes until there is news, or `seconds`.
 
-        News is a request done, a streamed line ready, or a request that has had no answer yet
-        and still waits after `seconds` (its first chunk sends its status). A call costs the
-        worker a read of every open request's headers (TorchServe's continuous batching resends
-        them all), so while sentences wait for rows a call gathers what finishes in
-        `backlog_seconds` and answers it together; only a streamed line still goes out at once.
+        A call costs the worker a read of every open request's headers (TorchServe's continuous
+        batching resends them all), so while sentences wait for rows a call gathers what finishes
+        in `backlog_seconds` and answers it together; only a streamed line still goes out at once.
         """
         if self.decoding.driver.state().backlog:
             self.decoding.collect(self._stream_news, backlog_seconds)
         elif not any(entry.has_news() for entry in self._open.values()):
             self.decoding.collect(self._news, seconds)
 
-    def progress(self, request: Hashable) -> Progress:
-        """What this call owes `request`. Once its whole answer is due its decoding is closed; one
-        answered whole in its first call stays open (with nothing more to send) until TorchServe
-        stops sending it, so that it is never taken for a new request."""
+    def progress(self, request: Hashable) -> Progress | None:
+        """What this call owes `request`; None once its whole answer has been given."""
         entry = self._open[request]
         entry.calls += 1
         if entry.answered:
-            return Progress(False, range(0), False)
+            return None
         planned = entry.job.planned
         ready = planned.ready() if planned is not None and entry.streaming else entry.streamed
         lines, entry.streamed = range(entry.streamed, ready), ready
-        if not entry.done:
-            return Progress(entry.calls == 1, lines, False)
+        return Progress(entry.calls == 1, lines, entry.done)
+
+    def answered(self, request: Hashable, ended: bool) -> None:
+        """Its whole answer went out: forget it if that `ended` the request at TorchServe, else keep
+        it (answering nothing) until TorchServe stops sending it, so that it is never taken for new."""
         self.decoding.close(request)
-        entry.answered = True
-        if entry.calls > 1:
-            self._open.pop(request)
-        return Progress(entry.calls == 1, lines, True)
+        if ended:
+            self._open.pop(request, None)
+        else:
+            self._open[request].answered = True
 
     def _news(self) -> bool:
         return any(entry.has_news() for entry in self._open.values())

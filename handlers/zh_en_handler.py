@@ -31,7 +31,7 @@ from handlers.errors import Refused
 from handlers.handler_config import ConfigError, HandlerConfig
 from handlers.jobs import Job, admit_within
 from handlers.model.translator import STANDIN_NOTICE, Translator
-from handlers.open_requests import OpenRequests, Progress
+from handlers.open_requests import OpenRequests
 from handlers.scheduling.inline import InlineDriver
 from handlers.scheduling.partition_processes import ProcessPartitions
 from handlers.scheduling.partitions import Driver
@@ -156,26 +156,30 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         return job
 
     def _answer(self, index: int, request: Hashable) -> tuple[ResponseBody | bytes, bool | None]:
-        """This call's chunk for a request, and whether more follow (None: the whole response, which
-        TorchServe serializes as it does any returned object)."""
+        """This call's chunk for a request, and whether more follow: True, False (its last chunk),
+        or None (a whole response: every answer of a static call, and a client error, after whose
+        4xx TorchServe closes the connection). TorchServe serializes a returned object as it does
+        for any handler."""
         assert self.requests is not None
         job = self.requests.job(request)
         progress = self.requests.progress(request)
+        if progress is None:
+            return b"", None  # answered already; TorchServe sends it until its connection closes
+        if not self.continuous or (progress.first and job.error is not None):
+            whole = self._body(job)  # before the head: rendering may refuse the request (a 422)
+            self._set_head(index, job)
+            self.requests.answered(request, ended=not self.continuous)
+            return whole, None
         lines = b"".join(self._line(job, sentence) for sentence in progress.lines)
-        if progress.finished:
-            whole = self._body(job)  # first: rendering may refuse the request (TooCostly), a 422
+        if progress.first or not progress.done:
             if progress.first:
                 self._set_head(index, job)
-            if job.planned is not None and job.planned.request.stream:
-                return lines + json.dumps(whole, ensure_ascii=False).encode("utf-8") + b"\n", _last(progress)
-            if progress.first:
-                return whole, None
-            return _json(whole), False
-        if progress.first:
-            self._set_head(index, job)
-        if not self.continuous or (job.planned is None and not progress.first):
-            return b"", None  # answered whole already; TorchServe still sends it
-        return lines, True
+            return lines, True
+        whole = self._body(job)  # a TooCostly refusal now comes under the 200 already sent
+        self.requests.answered(request, ended=True)
+        if job.planned is not None and job.planned.request.stream:
+            return lines + json.dumps(whole, ensure_ascii=False).encode("utf-8") + b"\n", False
+        return _json(whole), False
 
     def _set_head(self, index: int, job: Job) -> None:
         """Status and headers of request `index` (sent with its first chunk under scheduler: step)."""
@@ -295,11 +299,6 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         if self.translator.info.standin:
             identity["notice"] = STANDIN_NOTICE
         return identity
-
-
-def _last(progress: Progress) -> bool | None:
-    """The whole answer in the request's first chunk is a whole response; later, the stream's last."""
-    return None if progress.first else False
 
 
 def _json(body: Any) -> bytes:

@@ -1,8 +1,9 @@
-"""scheduler: step on real TorchServe (continuousBatching): plain, streamed, refused, concurrent, and
-streamed through the nginx front door.
+"""The one decode path under both admission policies on real TorchServe: scheduler: step (the shipped
+continuousBatching layout) against scheduler: static (TorchServe batches, each decoded to its end):
+plain, with alternatives, streamed, refused, concurrent, and streamed through the nginx front door.
 
-The tiny int8 archive is rebuilt with `continuousBatching: true` and `scheduler: step`; every
-answer is compared with what the static archive (the shared `server` fixture) gives.
+Both tiny int8 archives run with the sentence cache off; every step answer is compared with what
+the static archive gives.
 """
 
 from __future__ import annotations
@@ -29,6 +30,18 @@ from tests.e2e.conftest_fleet import Loopback, QuietHandler, front_door
 STEP = {"scheduler": "step", "sentence_cache_entries": 0, "threads": 1, "step_partitions": 2}
 DOCUMENT = "。".join(f"第{n}个句子说明了一件事情" for n in range(1, 13)) + "。"
 QUICK = {"num_beams": 1, "max_new_tokens": 12}
+
+
+STATIC = {"scheduler": "static", "sentence_cache_entries": 0, "threads": 1}
+STATIC_LAYOUT = {"continuousBatching": False, "minWorkers": 2, "maxWorkers": 2, "batchSize": 16}
+
+
+@pytest.fixture(scope="module")
+def static_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TorchServe]:
+    workdir = tmp_path_factory.mktemp("static")
+    store, mar = archive_with("int8", tiny_model_dir, workdir, STATIC, STATIC_LAYOUT)
+    with TorchServe(store, workdir / "torchserve", models=[mar]) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -65,37 +78,41 @@ def stream(server: TorchServe, body: dict[str, object]) -> tuple[requests.Respon
 
 
 def test_a_plain_request_gets_the_static_schedulers_answer(
-    step_server: TorchServe, server: TorchServe
+    step_server: TorchServe, static_server: TorchServe
 ) -> None:
-    for body in ({"text": "你好，世界。", **QUICK}, {"text": [DOCUMENT, "谢谢"], "sentences": True}):
+    for body in (
+        {"text": "你好，世界。", **QUICK},
+        {"text": [DOCUMENT, "谢谢"], "sentences": True},
+        {"text": ["你好，世界。", "谢谢"], "num_beams": 4, "alternatives": 2},
+    ):
         text = str(body["text"])
         step = step_server.client.translate(**body)  # type: ignore[arg-type]
-        static = server.client.translate(**body)  # type: ignore[arg-type]
+        static = static_server.client.translate(**body)  # type: ignore[arg-type]
         assert step.status_code == 200, step.text
         assert step.headers["Content-Type"].startswith("application/json")
         assert without_cache_flags(step.json()) == without_cache_flags(static.json()), text
 
 
 def test_a_streamed_document_sends_each_sentence_then_the_whole_response(
-    step_server: TorchServe, server: TorchServe
+    step_server: TorchServe, static_server: TorchServe
 ) -> None:
     response, lines = stream(step_server, {"text": DOCUMENT, "stream": True, "sentences": True})
     assert response.status_code == 200 and response.headers["Content-Type"] == "application/x-ndjson"
     assert response.headers.get("Transfer-Encoding") == "chunked"
     *sentences, last = [json.loads(line) for line in lines if line]
-    whole = server.client.translate(DOCUMENT, sentences=True).json()
+    whole = static_server.client.translate(DOCUMENT, sentences=True).json()
     assert without_cache_flags(last) == without_cache_flags(whole)
     assert [line["sentence"] for line in sentences] == list(range(12))
     assert [line["translation"] for line in sentences] == [pair["translation"] for pair in whole["sentences"]]
 
 
-def test_refusals_keep_their_status_and_body(step_server: TorchServe, server: TorchServe) -> None:
+def test_refusals_keep_their_status_and_body(step_server: TorchServe, static_server: TorchServe) -> None:
     for body in (b'{"txt": "x"}', b'{"text": 5}', json.dumps({"text": "你好", "num_beams": 99}).encode()):
         step = step_server.client.post_raw(body, "application/json")
-        static = server.client.post_raw(body, "application/json")
+        static = static_server.client.post_raw(body, "application/json")
         assert step.status_code == static.status_code and 400 <= step.status_code < 500, step.text
         assert step.json() == static.json()
-    refused = server.client.translate("你好", stream=True)
+    refused = static_server.client.translate("你好", stream=True)
     assert refused.status_code == 400 and "scheduler: step" in refused.json()["message"]
 
 
@@ -207,3 +224,18 @@ def test_partitions_live_and_die_with_their_worker(step_server: TorchServe) -> N
     (new_worker,) = step_server.worker_pids()
     assert new_worker != worker and len(children(new_worker)) == STEP["step_partitions"]
     assert step_server.client.translate(DOCUMENT, sentences=True).status_code == 200
+
+
+def test_answered_requests_do_not_pile_up_on_a_keep_alive_connection(step_server: TorchServe) -> None:
+    """TorchServe resends a continuous-batching request until its last chunk says so or its
+    connection closes: more answers than a call may hold (batchSize 64 in the shipped yaml) over one
+    keep-alive session must each come back, and quickly."""
+    client = step_server.client
+    for number in range(80):
+        started = time.monotonic()
+        response = client.translate(f"第{number}句。", num_beams=1, max_new_tokens=4)
+        assert response.status_code == 200, response.text
+        assert time.monotonic() - started < 5.0, f"request {number} waited: the worker holds stale requests"
+    refused = client.post_raw(b'{"txt": "x"}', "application/json")
+    assert refused.status_code == 400
+    assert client.translate("你好", num_beams=1, max_new_tokens=4).status_code == 200

@@ -21,10 +21,11 @@ def test_shipped_model_configs_parse(variant: str) -> None:
     raw = yaml.safe_load((REPO_ROOT / "config" / f"zh_en_{variant}.yaml").read_text())
     config = HandlerConfig.from_mapping(raw["handler"])
     assert config.variant == variant
-    # Every key the yaml sets is what the handler reads, and the worker layout is the measured one
-    # (2 workers x 1 thread, batches of 16 within 5 ms: make layout on a 2-vCPU host).
+    # Every key the yaml sets is what the handler reads, and the worker layout is the one path's:
+    # one continuous-batching worker whose 2 partitions x 1 thread use a 2-vCPU host.
     assert {key: getattr(config, key) for key in raw["handler"]} == raw["handler"]
-    assert (raw["minWorkers"], raw["maxWorkers"], raw["batchSize"], raw["maxBatchDelay"]) == (2, 2, 16, 5)
+    assert (raw["continuousBatching"], raw["minWorkers"], raw["maxWorkers"]) == (True, 1, 1)
+    assert (config.scheduler, config.step_partitions, config.threads) == ("step", 2, 1)
     assert config.text_budget_ms == 2000  # not set there: the default, documented in docs/API.md
 
 
