@@ -1,4 +1,4 @@
-"""Operations under load, measured: version swaps and a killed worker.
+"""Operations under load, measured: version swaps, a killed worker and (step) a killed partition.
 
     python -m bench.faults [--model synthetic|hub id|dir] [--swap-seconds 60] [--concurrency 4]
                            [--scheduler static|step]
@@ -7,6 +7,9 @@ Starts a real TorchServe (production config, free local ports) serving zh_en_int
 steady stream of requests going, and
 - swaps the default version int8 -> fp32 -> int8 ... with serving.swap until `--swap-seconds`
   have passed: failed requests, and the order in which variants answered;
+- (--scheduler step) kills one step partition process of the worker with SIGKILL: failed
+  requests (the worker replaces the partition and resubmits its sentences: 0 is the target), and
+  seconds until the worker has all its partitions again;
 - kills one worker process with SIGKILL: failed requests, seconds until /ping says Healthy
   and until the model has all its workers READY again.
 --scheduler step serves both versions with one continuous-batching worker each (bench.common
@@ -28,6 +31,7 @@ from bench.cli import BenchCli, Progress
 from bench.common import DEFAULT_MODEL, SCHEDULERS, archive_with, seconds_until
 from bench.steady_load import SteadyLoad
 from serving.client import MODEL_NAME, TorchServeClient
+from serving.processes import live_children
 from serving.swap import resolve_target, swap
 from serving.torchserve import TorchServe
 
@@ -58,6 +62,30 @@ def kill_worker_under_load(server: TorchServe, workers: int = 2, timeout: float 
     healthy = seconds_until(lambda: _healthy(server.client), killed, timeout)
     ready = seconds_until(lambda: server.client.ready_workers(version) >= workers, killed, timeout)
     return {"killed_pid": victim, "healthy_after_s": healthy, "all_ready_after_s": ready}
+
+
+def kill_partition_under_load(server: TorchServe, partitions: int, timeout: float = 120.0) -> dict[str, Any]:
+    """SIGKILL one step partition of the (one) worker; time until the worker has `partitions` again.
+
+    The worker forks the replacement: it is back when the victim is no longer among the worker's
+    live children and a new one is.
+    """
+    (worker,) = server.worker_pids()
+    victim = live_children(worker)[0]
+    killed = time.monotonic()
+    os.kill(victim, signal.SIGKILL)
+
+    def back() -> bool:
+        children = live_children(worker)
+        return victim not in children and len(children) == partitions
+
+    after = seconds_until(back, killed, timeout)
+    return {
+        "worker_pid": worker,
+        "killed_pid": victim,
+        "partition_back_after_s": after,
+        "worker_survived": server.worker_pids() == [worker],
+    }
 
 
 def summarize(load: SteadyLoad) -> dict[str, Any]:
@@ -91,6 +119,12 @@ def workers_of(scheduler: str) -> int:
     return int(SCHEDULERS[scheduler][1].get("minWorkers", 2))
 
 
+def partitions_of(scheduler: str) -> int:
+    """Step partitions per worker (0 for a static worker: it decodes in its own thread)."""
+    handler = SCHEDULERS[scheduler][0]
+    return int(handler.get("step_partitions", 1)) if handler.get("scheduler") == "step" else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     cli = BenchCli("faults", __doc__, model=DEFAULT_MODEL)
     cli.parser.add_argument("--swap-seconds", type=float, default=60.0)
@@ -117,6 +151,13 @@ def main(argv: list[str] | None = None) -> int:
         with SteadyLoad(endpoints, server.key_file, texts, args.concurrency, options=options) as load:
             result["swap"] = swap_under_load(server, load, args.swap_seconds, workers)
         result["swap"].update(summarize(load))
+        if partitions_of(args.scheduler):
+            say("killing one step partition under load ...")
+            with SteadyLoad(endpoints, server.key_file, texts, args.concurrency, options=options) as load:
+                time.sleep(3.0)
+                result["partition_kill"] = kill_partition_under_load(server, partitions_of(args.scheduler))
+                time.sleep(3.0)
+            result["partition_kill"].update(summarize(load))
         say("killing one worker under load ...")
         with SteadyLoad(endpoints, server.key_file, texts, args.concurrency, options=options) as load:
             time.sleep(3.0)
@@ -128,6 +169,12 @@ def main(argv: list[str] | None = None) -> int:
     name = "faults" if args.scheduler == "static" else f"faults-{args.scheduler}"
     path = cli.write(name, {"model_name": MODEL_NAME, **result})
     swap_part, kill_part = result["swap"], result["kill"]
+    if "partition_kill" in result:
+        partition = result["partition_kill"]
+        print(
+            f"killed partition: {partition['failed']}/{partition['requests']} failed, back after "
+            f"{partition['partition_back_after_s']}s, worker survived: {partition['worker_survived']}"
+        )
     print(
         f"swaps: {len(swap_part['swaps'])} in {swap_part['seconds']}s, "
         f"{swap_part['failed']}/{swap_part['requests']} requests failed; "

@@ -22,6 +22,11 @@ def stat_state(stat: str) -> str:
     return stat.rsplit(")", 1)[1].split()[0]
 
 
+def stat_parent(stat: str) -> int:
+    """The parent's pid from the text of a /proc/<pid>/stat file (the field after the state)."""
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
 def process_state(pid: int) -> str | None:
     """`pid`'s state letter; None when its stat file cannot be read (the process is gone)."""
     try:
@@ -46,6 +51,22 @@ def process_alive(pid: int) -> bool:
     # A zombie child of ours still answers kill(0); it is gone for our purposes. It may also exit and
     # be reaped between the two looks, so a vanished stat file is an answer too.
     return process_state(pid) in ("R", "S", "D")
+
+
+def live_children(pid: int) -> list[int]:
+    """`pid`'s children that are alive (not zombies), found by their parent in /proc/*/stat (a
+    worker's step partitions are its children; /proc/<pid>/task/*/children is not on every kernel)."""
+    children = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # gone while we looked
+        if stat_parent(stat) == pid and stat_state(stat) in ("R", "S", "D"):
+            children.append(int(entry.name))
+    return sorted(children)
 
 
 def wait_gone(pids: Sequence[int], timeout: float, poll: float = 0.1) -> list[int]:

@@ -1,15 +1,26 @@
-"""Stopping partition processes in tests (a worker's partitions end with the worker)."""
+"""Killing a partition process in tests, and waiting for the worker side to replace it."""
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 
 from handlers.scheduling.partition_processes import ProcessPartitions
 
 
-def stop_partitions(partitions: ProcessPartitions) -> None:
-    partitions.closing = True  # their readers then end quietly instead of ending this process
-    for pid in partitions.pids:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+def kill_partition(partitions: ProcessPartitions, index: int) -> int:
+    """SIGKILL partition `index`, as the OOM killer or an operator would; its pid."""
+    pid = partitions.pids[index]
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+def wait_replaced(partitions: ProcessPartitions, index: int, dead: int, timeout: float = 30.0) -> int:
+    """The pid of the partition that replaced `dead` at `index`, once its reader has forked it."""
+    deadline = time.monotonic() + timeout
+    while partitions.pids[index] == dead:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"partition {index} (pid {dead}) not replaced after {timeout:.0f}s")
+        time.sleep(0.01)
+    return partitions.pids[index]

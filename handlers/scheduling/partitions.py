@@ -16,6 +16,11 @@ finished sentences not yet collected. A worker that admits only at batch boundar
 scheduler in its own thread instead (handlers.scheduling.inline); both are a `Driver`. A
 partition's scheduler is touched only by the loop that steps it (`step_partition`), which
 receives submissions and cancellations as messages and reports after every step.
+
+A partition is stateless compute: this side remembers each request's sentences that have not
+finished, so a partition that dies can be replaced by a fresh one given exactly those
+(`_restarted`). What the dead one was sent and never applied is void, not resent: every message
+carries its partition's generation, and the replacement's work already includes it.
 """
 
 from __future__ import annotations
@@ -23,8 +28,9 @@ from __future__ import annotations
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
@@ -36,9 +42,10 @@ from handlers.scheduling.step_scheduler import SchedulerState, SentenceKey, Step
 # Each finished sentence with its hypotheses' generated ids, best first (as many as it asked to keep).
 Finished = list[tuple[SentenceKey, list[list[int]]]]
 STEP_FAILED_EXIT = 70  # EX_SOFTWARE
-# A message to a partition: the StepScheduler method to call and its arguments.
+# A message to a partition: the StepScheduler method to call and its arguments, or STOP.
 Message = tuple[str, tuple[Any, ...]]
 MESSAGE_METHODS = ("submit", "cancel")
+STOP: Message = ("stop", ())
 
 
 @dataclass(frozen=True)
@@ -49,35 +56,77 @@ class StepReport:
     state: SchedulerState
     busy: bool
     applied: int  # messages applied so far
-    ended: frozenset[Hashable]  # requests with nothing left in the partition
 
 
 def step_partition(
     partition: StepScheduler,
     receive: Callable[[bool], list[Message]],
     report: Callable[[StepReport], None],
+    start: Sequence[Message] = (),
 ) -> None:
-    """Step forever: apply the messages (`receive(block)` blocks only while idle), admit, step, report.
+    """Step until STOP: apply the messages (`receive(block)` blocks only while idle), admit, step, report.
 
-    An idle partition gives its heap back after a while (handlers.model.heap_trim).
+    `start`: messages applied before any received (a replacement partition's work). An idle
+    partition gives its heap back after a while (handlers.model.heap_trim).
     """
-    applied, heap = 0, IdleTrim(IDLE_TRIM_SECONDS)
+    applied, heap, messages = 0, IdleTrim(IDLE_TRIM_SECONDS), list(start)
     with torch.inference_mode():
         while True:
-            idle = not partition.busy
+            idle = not partition.busy and not messages
             if idle:
                 heap.idle()
-            messages = receive(idle)
+            messages += receive(idle)
             heap.busy()
             for name, args in messages:
+                if (name, args) == STOP:
+                    return
                 if name not in MESSAGE_METHODS:
                     raise ValueError(f"a partition takes {MESSAGE_METHODS}, not {name!r}")
                 getattr(partition, name)(*args)
                 applied += 1
+            messages = []
             partition.admit()
             finished = partition.step()
-            ended = frozenset(key.request for key, _ in finished if not partition.holds(key.request))
-            report(StepReport(finished, partition.state(), partition.busy, applied, ended))
+            report(StepReport(finished, partition.state(), partition.busy, applied))
+
+
+@dataclass
+class RestartBudget:
+    """How often a partition may be replaced: at most `restarts` times within `window` seconds.
+
+    Past that it is not the partition but its work (a step that always fails on some input) or the
+    host: the worker exits as it did before restarts, and TorchServe starts a new one.
+    """
+
+    restarts: int = 3
+    window: float = 60.0
+    _times: deque[float] = field(default_factory=deque)
+
+    def allow(self, now: float) -> bool:
+        """Whether a partition that died at `now` may be replaced (and if so, count it)."""
+        while self._times and now - self._times[0] >= self.window:
+            self._times.popleft()
+        if len(self._times) >= self.restarts:
+            return False
+        self._times.append(now)
+        return True
+
+
+@dataclass
+class _Unfinished:
+    """A request's sentences in a partition that it has not reported finished: a replacement's work."""
+
+    partition: int
+    beams: int
+    lead: int
+    keep: int
+    sentences: dict[int, tuple[list[int], RowLimits]]  # by index in the request, in order
+
+    def resubmission(self, request: Hashable) -> Message:
+        indices = list(self.sentences)
+        ids = [self.sentences[index][0] for index in indices]
+        limits = [self.sentences[index][1] for index in indices]
+        return ("submit", (request, ids, limits, self.beams, self.lead, self.keep, indices))
 
 
 class Driver(Protocol):
@@ -117,14 +166,15 @@ class Partitions(ABC):
         self._queued_work = [0] * count  # rows submitted and not yet reported applied
         self._states = [SchedulerState(0, 0, 0)] * count
         self._busy = [False] * count
-        self._home: dict[Hashable, int] = {}
+        self._unfinished: dict[Hashable, _Unfinished] = {}  # by request, in arrival order
+        self._generations = [0] * count  # how many times each partition was replaced
         self._finished: Finished = []
-        self.closing = False
 
     @abstractmethod
-    def _send(self, index: int, message: Message) -> None:
-        """Deliver a message to partition `index`, in order, and wake it (called without _changed:
-        a pipe may block until the partition reads, and the partition's reports need the lock)."""
+    def _send(self, index: int, generation: int, message: Message) -> None:
+        """Deliver a message to partition `index`, in order, and wake it; drop it if the partition
+        was replaced since `generation` (the replacement was given its work). Called without
+        _changed: a pipe may block until the partition reads, and the partition's reports need it."""
 
     def submit(
         self,
@@ -138,20 +188,25 @@ class Partitions(ABC):
         """StepScheduler.submit on the partition with the least work."""
         if not ids:
             return
+        rows, limits = [list(row) for row in ids], list(limits)
         with self._changed:
             index = min(range(self.count), key=self._work)
             self.sent[index] += 1
             self._queued_work[index] += len(ids) * beams
-            self._home[request] = index
-        self._send(index, ("submit", (request, [list(row) for row in ids], list(limits), beams, lead, keep)))
+            sentences = dict(enumerate(zip(rows, limits, strict=True)))
+            self._unfinished[request] = _Unfinished(index, beams, lead, keep, sentences)
+            generation = self._generations[index]
+        self._send(index, generation, ("submit", (request, rows, limits, beams, lead, keep)))
 
     def cancel(self, request: Hashable) -> None:
         with self._changed:
-            index = self._home.pop(request, None)
-            if index is None:
+            unfinished = self._unfinished.pop(request, None)
+            if unfinished is None:
                 return
+            index = unfinished.partition
             self.sent[index] += 1
-        self._send(index, ("cancel", (request,)))
+            generation = self._generations[index]
+        self._send(index, generation, ("cancel", (request,)))
 
     @property
     def busy(self) -> bool:
@@ -192,10 +247,29 @@ class Partitions(ABC):
             self._applied[index] = report.applied
             if report.applied == self.sent[index]:
                 self._queued_work[index] = 0
-            for request in report.ended:
-                if self._home.get(request) == index:
-                    del self._home[request]
+            for key, _ in report.finished:
+                unfinished = self._unfinished.get(key.request)
+                if unfinished is not None and unfinished.partition == index:
+                    unfinished.sentences.pop(key.index, None)
+                    if not unfinished.sentences:
+                        del self._unfinished[key.request]
             self._changed.notify_all()
+
+    def _restarted(self, index: int) -> list[Message]:
+        """Partition `index` is being replaced by a fresh one: its work, a submission per request
+        with sentences it had not reported finished (cancelled requests have none), in arrival
+        order. Whatever was sent to the old one is void from here on.
+
+        The caller holds off every delivery to `index` (the subclass's send lock) until the
+        replacement has this work, so that later messages reach it after it.
+        """
+        with self._changed:
+            self._generations[index] += 1
+            held = [(request, u) for request, u in self._unfinished.items() if u.partition == index]
+            self.sent[index], self._applied[index] = len(held), 0
+            self._queued_work[index] = sum(len(u.sentences) * u.beams for _, u in held)
+            self._states[index], self._busy[index] = SchedulerState(0, 0, 0), False
+            return [unfinished.resubmission(request) for request, unfinished in held]
 
     def _busy_now(self) -> bool:
         """Work in a partition, on its way there, or finished and not yet collected."""

@@ -102,21 +102,27 @@ class StepScheduler:
         beams: int,
         lead: int = 0,
         keep: int = 1,
+        indices: Sequence[int] | None = None,
     ) -> None:
         """Queue a request's sentences (in order); `step` gives each back keyed by SentenceKey.
 
         `lead`: how many of the first sentences finish before the others are admitted; `keep`: how
-        many finished hypotheses each sentence answers, best first.
+        many finished hypotheses each sentence answers, best first. `indices`: the sentences' own
+        indices in their request when these are what is left of it (a replaced partition's work);
+        0, 1, ... otherwise.
         """
         if request in self._requests:
             raise ValueError(f"request {request!r} is already in the scheduler")
         if not ids:
             return
+        numbers = range(len(ids)) if indices is None else indices
         self._arrivals += 1
-        lead = min(lead, len(ids))
-        entry = _Request(self._arrivals, beams, len(ids) > 1, lead=lead, lead_left=lead, keep=keep)
-        pairs = zip(ids, limits, strict=True)
-        entry.waiting.extend((index, list(row), limit) for index, (row, limit) in enumerate(pairs))
+        # A request with a sentence past its first is a document, however few of them are left.
+        document = len(ids) > 1 or max(numbers) > 0
+        lead_left = sum(1 for index in numbers if index < lead)
+        entry = _Request(self._arrivals, beams, document, lead=lead, lead_left=lead_left, keep=keep)
+        rows = zip(numbers, ids, limits, strict=True)
+        entry.waiting.extend((index, list(row), limit) for index, row, limit in rows)
         self._requests[request] = entry
 
     def cancel(self, request: Hashable) -> None:
@@ -130,9 +136,6 @@ class StepScheduler:
     @property
     def busy(self) -> bool:
         return bool(self._requests)
-
-    def holds(self, request: Hashable) -> bool:
-        return request in self._requests
 
     def state(self) -> SchedulerState:
         rows = sum(c.sentences * beams for beams, cohorts in self._lanes.items() for c in cohorts)

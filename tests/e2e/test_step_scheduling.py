@@ -208,14 +208,26 @@ def children(pid: int) -> list[int]:
     return [int(child) for child in out.split() if process_alive(int(child))]
 
 
-def test_partitions_live_and_die_with_their_worker(step_server: TorchServe) -> None:
-    """Runs last in this module: it costs the worker. A partition that dies takes its worker with
-    it (TorchServe starts a new one), and the worker's other partitions go with the worker."""
+def test_a_killed_partition_is_replaced_and_partitions_die_with_their_worker(step_server: TorchServe) -> None:
+    """Runs last in this module: it costs the worker. A partition that dies is replaced by the
+    worker (which keeps answering); a worker that dies takes its partitions with it, and
+    TorchServe starts a new one with its own."""
     (worker,) = step_server.worker_pids()
     partitions = children(worker)
     assert len(partitions) == STEP["step_partitions"], f"worker {worker} has children {partitions}"
     os.kill(partitions[0], signal.SIGKILL)
-    assert wait_gone([worker, *partitions], timeout=30) == [], "the worker or a partition outlived it"
+    deadline = time.monotonic() + 30
+    while partitions[0] in children(worker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    while len(children(worker)) < len(partitions) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    replaced = children(worker)
+    assert len(replaced) == len(partitions) and partitions[0] not in replaced, replaced
+    assert step_server.worker_pids() == [worker], "the worker outlives its partition"
+    assert step_server.client.translate(DOCUMENT, sentences=True).status_code == 200
+
+    os.kill(worker, signal.SIGKILL)
+    assert wait_gone([worker, *replaced], timeout=30) == [], "a partition outlived its worker"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if step_server.worker_pids() and step_server.client.translate("你好，世界。").status_code == 200:

@@ -17,7 +17,15 @@ import pytest
 import requests
 
 from archive.build import CONFIG_DIR, ArchiveSpec, build_archive, model_digest
-from bench.faults import cold_store, kill_worker_under_load, summarize, swap_under_load, workers_of
+from bench.faults import (
+    cold_store,
+    kill_partition_under_load,
+    kill_worker_under_load,
+    partitions_of,
+    summarize,
+    swap_under_load,
+    workers_of,
+)
 from bench.steady_load import SteadyLoad
 from serving.processes import process_alive
 from serving.torchserve import TorchServe
@@ -74,6 +82,22 @@ def test_a_killed_worker_is_replaced_and_only_its_requests_fail(
     # on the one step worker, fed by our 4 clients either way.
     assert summary["failed"] <= concurrency, summary["failure_samples"]
     assert fresh_server.client.translate("你好").status_code == 200
+
+
+@pytest.mark.parametrize("scheduler", ["step"])  # a static worker has no partitions
+def test_a_killed_partition_is_replaced_and_no_request_fails(
+    fresh_server: TorchServe, scheduler: str
+) -> None:
+    concurrency = 4
+    with steady(fresh_server, concurrency) as load:
+        load.wait_for_answers(2 * concurrency, since=0.0)  # the load is running before the kill
+        report = kill_partition_under_load(fresh_server, partitions_of(scheduler))
+        load.wait_for_answers(2 * concurrency, since=time.monotonic())  # and answered after it
+    summary = summarize(load)
+    assert not process_alive(report["killed_pid"])
+    assert report["worker_survived"], "the worker replaces its partition instead of exiting"
+    assert report["partition_back_after_s"] < 30
+    assert summary["failed"] == 0, summary["failure_samples"]
 
 
 def test_a_full_queue_answers_503_and_recovers(tiny_store: Path, tmp_path: Path) -> None:

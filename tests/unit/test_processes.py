@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from serving.processes import command_line, process_alive, process_state, stat_state
+from serving.processes import (
+    command_line,
+    live_children,
+    process_alive,
+    process_state,
+    stat_parent,
+    stat_state,
+)
 
 linux_proc = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="Linux /proc only")
 
@@ -39,6 +46,7 @@ def test_the_state_follows_the_last_parenthesis_whatever_the_command_name(line: 
 
 def test_a_plain_command_name() -> None:
     assert stat_state("4242 (python3) S 1 4242 4242 0 -1 4194560 1513 0 0 0\n") == "S"
+    assert stat_parent("4242 (a) 7) S 1 4242 4242 0 -1 4194560 1513 0 0 0\n") == 1
 
 
 @linux_proc
@@ -52,3 +60,19 @@ def test_a_zombie_is_not_alive_and_a_reaped_process_has_no_state() -> None:
     child.wait()
     assert process_state(child.pid) is None and command_line(child.pid) is None
     assert not process_alive(child.pid)
+
+
+@linux_proc
+def test_live_children_are_this_processs_children_until_they_are_zombies() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert child.pid in live_children(os.getpid())
+        assert child.pid not in live_children(1)
+        child.kill()
+        deadline = time.monotonic() + 30
+        while process_state(child.pid) != "Z" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert child.pid not in live_children(os.getpid()), "a zombie is no live child"
+    finally:
+        child.kill()
+        child.wait()

@@ -19,13 +19,12 @@ from bench.common import sample_sentences
 from handlers.handler_config import HandlerConfig, Variant
 from handlers.model.batching import pad_batch
 from handlers.model.decoding import FastDecoder
-from handlers.model.search import Cohort, RowLimits
+from handlers.model.search import RowLimits, RunningCohort
 from handlers.model.translator import Translator
 from handlers.scheduling.inline import InlineDriver
 from handlers.scheduling.partition_processes import ProcessPartitions
 from handlers.scheduling.partitions import Finished
 from handlers.scheduling.step_scheduler import SentenceKey, StepScheduler
-from tests.partitions import stop_partitions
 
 SENTENCES = 200
 
@@ -54,7 +53,7 @@ def record_cohorts(steps: StepScheduler, monkeypatch: pytest.MonkeyPatch) -> lis
     cohorts: list[list[SentenceKey]] = []
     start = steps.decoder.start
 
-    def recording(owners: list[SentenceKey], *rest: Any) -> Cohort:
+    def recording(owners: list[SentenceKey], *rest: Any) -> RunningCohort:
         cohorts.append(list(owners))
         return start(owners, *rest)
 
@@ -112,7 +111,7 @@ def test_a_sentence_decodes_the_same_alone_and_joined_mid_flight(
                 scheduled[members_of[cast(int, key.request)][key.index]] = out[0]
     finally:
         if processes:
-            stop_partitions(processes)
+            processes.stop()
     assert joined_late > 20, "most requests must arrive while others are mid-flight"
     differ = [i for i in range(SENTENCES) if scheduled[i] != alone[i]]
     if processes:
