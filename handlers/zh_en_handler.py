@@ -97,7 +97,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
             logger.warning("model %s is the %s", self.identity["model"], STANDIN_NOTICE)
         self.initialized = True
 
-    def handle(self, data: list[dict[str, Any]], context: Any) -> list[ResponseBody | bytes]:
+    def handle(self, data: list[dict[str, Any]], context: Any) -> list[Any]:
         """One TorchServe call: open the new requests, decode, answer every request of the call."""
         assert self.requests is not None and self.translator is not None
         self.context, started = context, time.perf_counter()
