@@ -53,6 +53,8 @@ class LoadSpec:
     # bench.mixed: this many of `users` send paragraphs of document_sentences sentences instead.
     document_users: int = 0
     document_sentences: int = 40
+    # Seconds between one single-sentence user's requests (0: saturation, the next at once).
+    pace_seconds: float = 0.0
 
     @property
     def path(self) -> str:
@@ -87,6 +89,7 @@ def run_load(
             "ZH_EN_MAX_REQUESTS": str(spec.max_requests),
             "ZH_EN_DOCUMENT_USERS": str(spec.document_users),
             "ZH_EN_DOCUMENT_SENTENCES": str(spec.document_sentences),
+            "ZH_EN_PACE_SECONDS": str(spec.pace_seconds),
         }
         lengths = "stand-in: reference lengths" if identity["standin"] else "real model"
         say(

@@ -12,7 +12,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from locust import FastHttpUser, constant, events, task
+from locust import FastHttpUser, constant, constant_pacing, events, task
 
 SENTENCES: list[dict[str, Any]] = json.loads(Path(os.environ["ZH_EN_SENTENCES"]).read_text())
 PATH = os.environ.get("ZH_EN_PATH", "/predictions/zh_en")
@@ -57,8 +57,13 @@ def _post(
         return answer
 
 
+# Saturation: every user sends its next request at once; paced (bench.mixed's interactive users):
+# one request every PACE_SECONDS per user, however long the last one took.
+PACE_SECONDS = float(os.environ.get("ZH_EN_PACE_SECONDS", "0"))
+
+
 class Translator(FastHttpUser):  # type: ignore[misc]
-    wait_time = constant(0)  # saturation: every user sends its next request at once
+    wait_time = constant_pacing(PACE_SECONDS) if PACE_SECONDS else constant(0)
 
     @task  # type: ignore[untyped-decorator]
     def translate(self) -> None:

@@ -1,8 +1,9 @@
-"""`make bench`: quality, the latency ladder, Locust load, static batching against the step scheduler
-(bench.mixed), then the report. Finished studies (bench/studies/README.md) are not rerun here.
+"""`make bench`: quality, the latency ladder, Locust load, the two admission policies (bench.mixed),
+then the report. Finished studies (bench/studies/README.md) are not rerun here.
 
-Locust runs against one server per configuration: int8 and fp32 with the default fast decoder, and
-int8 with `decoder: generate`, so the decoders are compared under the same load in the same run.
+Locust runs against one server per configuration: int8 and fp32 as shipped (the step path), and
+int8 with `decoder: generate` on static batches, so the decoders are compared under the same load
+in the same run.
 Each is packed from the model into a temporary store with the sentence cache off: every benchmark
 runs cold.
 
@@ -24,7 +25,7 @@ from pathlib import Path
 from archive.build import MODEL_NAME
 from bench import bleu, latency, mixed, report
 from bench.cli import BenchCli, Progress
-from bench.common import CACHE_OFF, DEFAULT_MODEL, archive_with
+from bench.common import CACHE_OFF, DEFAULT_MODEL, SCHEDULERS, archive_with
 from bench.load import LoadSpec, run_load
 from serving.torchserve import TorchServe
 
@@ -61,8 +62,9 @@ QUICK = Plan(
     loads=[("int8", 1, 4), ("fp32", 1, 4), ("int8-generate", 1, 4)],
     duration="4s",
     mixed_args=[
-        *("--users", "4", "--document-users", "1", "--uniform-users", "4"),
-        *("--duration", "4s", "--beams", "1", "--stream-sentences", "12"),
+        *("--users", "4", "--pace", "0.5", "--document-users", "1", "--document-sentences", "8"),
+        *("--uniform-users", "4", "--duration", "4s", "--uniform-duration", "4s"),
+        *("--beams", "1", "--stream-sentences", "12"),
     ],
 )
 SERVERS = ("int8", "fp32", "int8-generate")
@@ -97,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     latency.main(["--model", str(model_dir), *plan.latency_args, "--results-dir", str(results)])
     _step(3, "load (Locust)")
     run_loads(plan.loads, plan.duration, model_dir, results, cli.command)
-    _step(4, "schedulers: static batches against the step scheduler (Locust, streaming)")
+    _step(4, "admission: at any step (shipped) against at batch boundaries (Locust, paced, streaming)")
     mixed.main(["--model", str(model_dir), *plan.mixed_args, "--results-dir", str(results)])
     _step(5, "report")
     report.main(["--results-dir", str(results)])
@@ -139,12 +141,15 @@ def parse_load(text: str) -> tuple[str, int, int]:
 
 
 def _server_archive(name: str, model_dir: Path, workdir: Path) -> tuple[Path, str]:
-    """The store and archive a load server runs: the variant with the sentence cache off (cold, like
-    every benchmark), int8-generate also with `decoder: generate` (comparison only)."""
+    """The store and archive a load server runs: the variant as shipped with the sentence cache off
+    (cold, like every benchmark); int8-generate is transformers' generate() as its users run it,
+    on static batches (bench.common.SCHEDULERS["static"]), for comparison only."""
     variant, _, decoder = name.partition("-")
-    handler = {**CACHE_OFF, **({"decoder": decoder} if decoder else {})}
-    say(f"building {MODEL_NAME}_{variant}.mar with {handler}")
-    return archive_with(variant, model_dir, workdir, handler)
+    handler, top = dict(CACHE_OFF), {}
+    if decoder:
+        handler, top = {**SCHEDULERS["static"][0], "decoder": decoder}, SCHEDULERS["static"][1]
+    say(f"building {MODEL_NAME}_{variant}.mar with {handler} {top}")
+    return archive_with(variant, model_dir, workdir, handler, top)
 
 
 def _step(number: int, name: str) -> None:
