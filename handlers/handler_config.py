@@ -53,13 +53,13 @@ class HandlerConfig:
     # would only queue, and every call costs the worker a read of each open request
     # (handlers.open_requests). step_partitions running batches (each max_batch_rows) step side by
     # side in their own processes, each with `threads` intra-op threads: on 2 cores, 2 x 1
-    # (handlers.scheduling.partitions says why). Fairness (docs/SCHEDULING.md): documents
-    # (requests of several sentences) hold at most document_rows_beside_interactive rows while a
-    # one-sentence request runs or waits, and are guaranteed document_share of the rows otherwise.
+    # (handlers.scheduling.partitions says why). Fairness (docs/SCHEDULING.md): a request's first
+    # sentence goes ahead of documents' remaining ones; documents (requests of several sentences)
+    # hold at most document_rows_beside_interactive rows while a one-sentence request runs or
+    # waits, and always run at least one sentence.
     scheduler: Scheduler = "static"
     step_partitions: int = 1
     max_cohorts: int = 8
-    document_share: float = 0.34
     document_rows_beside_interactive: int = 16
     step_slice_ms: int = 50
     backlog_slice_ms: int = 250
@@ -110,7 +110,6 @@ class HandlerConfig:
             raise ConfigError(f"scheduler must be one of {get_args(Scheduler)}, got {self.scheduler!r}")
         _require(self.max_cohorts >= 1, "max_cohorts must be >= 1")
         _require(self.step_partitions >= 1, "step_partitions must be >= 1")
-        _require(0.0 <= self.document_share <= 1.0, "document_share must be between 0 and 1")
         _require(self.document_rows_beside_interactive >= 1, "document_rows_beside_interactive must be >= 1")
         _require(self.step_slice_ms >= 1, "step_slice_ms must be >= 1")
         _require(self.backlog_slice_ms >= 1, "backlog_slice_ms must be >= 1")

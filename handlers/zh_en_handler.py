@@ -233,7 +233,6 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
                 self.translator.tokenizer.pad_token_id,
                 config.max_batch_rows,
                 config.max_cohorts,
-                config.document_share,
                 config.document_rows_beside_interactive,
             )
             for _ in range(config.step_partitions if self.continuous else 1)

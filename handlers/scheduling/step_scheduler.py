@@ -10,14 +10,11 @@ Admission policy (`admit`, docs/SCHEDULING.md states it with its parameters): wh
 budget (sentences x beams) has room and fewer than `max_cohorts` cohorts run, take the next
 sentence of the request with the fewest sentences running, earliest arrival first on ties. A
 request's first sentence therefore goes ahead of the remaining sentences of documents already
-running. Documents (requests of more than one sentence) take the rows interactive work leaves,
-with two bounds:
+running. Documents (requests of more than one sentence) take the rows interactive work leaves:
 - while a one-sentence request runs or waits, documents hold at most
   `document_rows_beside_interactive` rows, so that a step (whose time grows with its rows) stays
   near what the interactive sentence's step costs alone;
-- they never starve: while they hold less than `document_share` of the budget (and less than the
-  bound above) and have sentences waiting, the next row goes to one of them, and a document may
-  always run one sentence.
+- they never starve: while documents wait and none runs, one document sentence goes first.
 Greedy and each beam count run as their own lanes (rows of one lane share a search), stepped in turn.
 
 Lead: a request may name how many of its first sentences run ahead (a streamed document's first
@@ -83,12 +80,10 @@ class StepScheduler:
         pad_id: int,
         row_budget: int,
         max_cohorts: int,
-        document_share: float,
         document_rows_beside_interactive: int,
     ) -> None:
         self.decoder, self.pad_id = decoder, pad_id
         self.row_budget, self.max_cohorts = row_budget, max_cohorts
-        self.document_rows = min(document_share * row_budget, document_rows_beside_interactive)
         self.document_cap = document_rows_beside_interactive
         self._requests: dict[Hashable, _Request] = {}
         self._lanes: dict[int, list[RunningCohort]] = defaultdict(list)  # beams -> running cohorts
@@ -158,9 +153,9 @@ class StepScheduler:
                 (e.running, e.arrival, key, e.document) for key, e in self._requests.items() if e.admissible
             ]
             documents = [candidate for candidate in candidates if candidate[3]]
-            if documents and document_rows < self.document_rows:
-                candidates = documents  # their guaranteed share
-            elif interactive and document_rows >= self.document_cap and document_rows > 0:
+            if documents and document_rows == 0:
+                candidates = documents  # never starved: one document sentence runs
+            elif interactive and document_rows >= self.document_cap:
                 candidates = [candidate for candidate in candidates if not candidate[3]]
             if not candidates:
                 break

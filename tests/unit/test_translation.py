@@ -47,7 +47,7 @@ def answer(planned: PlannedRequest) -> dict[str, Any]:
 def decoding(translator: Translator, cache: SentenceCache, model_tag: str) -> SentenceDecoding:
     config = translator.config
     pad_id = translator.tokenizer.pad_token_id
-    steps = StepScheduler(translator.decoder, pad_id, config.max_batch_rows, config.max_cohorts, 0.34, 16)
+    steps = StepScheduler(translator.decoder, pad_id, config.max_batch_rows, config.max_cohorts, 16)
     return SentenceDecoding(translator, cache, model_tag, InlineDriver(steps))
 
 
