@@ -27,13 +27,12 @@ from ts.metrics.dimension import Dimension
 from ts.metrics.metric_type_enum import MetricTypes
 from ts.torch_handler.base_handler import BaseHandler
 
+from handlers.calls import Calls, calls_for
 from handlers.errors import Refused
-from handlers.handler_config import ConfigError, HandlerConfig
-from handlers.jobs import Job, admit_within
+from handlers.handler_config import HandlerConfig
+from handlers.jobs import Job
 from handlers.model.translator import STANDIN_NOTICE, Translator
 from handlers.open_requests import OpenRequests
-from handlers.scheduling.inline import InlineDriver
-from handlers.scheduling.partition_processes import ProcessPartitions
 from handlers.scheduling.partitions import Driver
 from handlers.scheduling.step_scheduler import StepScheduler
 from handlers.sentence_cache import SentenceCache
@@ -55,7 +54,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         super().__init__()
         self.translator: Translator | None = None
         self.requests: OpenRequests | None = None
-        self.continuous = False  # scheduler: step (TorchServe's continuousBatching)
+        self.calls: Calls | None = None  # how TorchServe calls this worker (the scheduler's policy)
         self._gauged = 0.0  # when the scheduler gauges were last reported
         self.identity: dict[str, Any] = {}
         self.glossary = NO_GLOSSARY  # the deployment's (glossary_file in the yaml)
@@ -70,8 +69,8 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         self.identity = self._identity(context, config)
         cache = SentenceCache(config.sentence_cache_entries, config.sentence_cache_bytes)
         model_tag = f"{self.identity['model']}/{self.identity['version']}/{config.variant}"
-        self.continuous = config.scheduler == "step"
-        decoding = SentenceDecoding(self.translator, cache, model_tag, self._driver(yaml))
+        self.calls = calls_for(config, yaml)
+        decoding = SentenceDecoding(self.translator, cache, model_tag, self._driver(self.calls))
         self.requests = OpenRequests(decoding)
         info = self.translator.info
         logger.info(
@@ -99,36 +98,17 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
 
     def handle(self, data: list[dict[str, Any]], context: Any) -> list[Any]:
         """One TorchServe call: open the new requests, decode, answer every request of the call."""
-        assert self.requests is not None and self.translator is not None
+        assert self.requests is not None and self.calls is not None
         self.context, started = context, time.perf_counter()
-        if self.continuous:  # open requests come back in later calls, by their TorchServe ids
-            requests: list[Hashable] = [context.get_request_id(index) for index in range(len(data))]
-            self.requests.close_missing(set(requests))
-        else:  # a static call answers its whole batch: what the last call opened is closed
-            requests = list(range(len(data)))
-            self.requests.close_missing(set())
+        requests = self.calls.request_keys(context, len(data), self.requests)
         new = [index for index, request in enumerate(requests) if not self.requests.is_open(request)]
         jobs = {index: self._prepare(data[index], context, index) for index in new}
-        if not self.continuous:  # what one static batch may decode
-            admit_within(list(jobs.values()), self.translator.config.max_sentences_per_batch)
+        self.calls.admit(list(jobs.values()))
         for index, job in jobs.items():
             self.requests.open(requests[index], job)
-        config = self.translator.config
-        if self.continuous:
-            self.requests.advance(config.step_slice_ms / 1000, config.backlog_slice_ms / 1000)
-        else:
-            self.requests.decode_all()
+        self.calls.decode(self.requests)
         answers = [self._answer(index, request) for index, request in enumerate(requests)]
-        if self.continuous:
-            # TorchServe's ts_stream_next: a request's stream closes when its criterion says it is
-            # done; None sends a whole (unstreamed) response.
-            context.stopping_criteria = [
-                lambda _, more=more: None if more is None else not more for _, more in answers
-            ]
-        else:
-            context.metrics.add_time(
-                "HandlerTime", round((time.perf_counter() - started) * 1000, 2), None, "ms"
-            )
+        self.calls.finish(context, [more for _, more in answers], (time.perf_counter() - started) * 1000)
         self._report()
         return [body for body, _ in answers]
 
@@ -165,10 +145,11 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         progress = self.requests.progress(request)
         if progress is None:
             return b"", None  # answered already; TorchServe sends it until its connection closes
-        if not self.continuous or (progress.first and job.error is not None):
+        whole_now = self.calls is not None and self.calls.whole_answers
+        if whole_now or (progress.first and job.error is not None):
             whole = self._body(job)  # before the head: rendering may refuse the request (a 422)
             self._set_head(index, job)
-            self.requests.answered(request, ended=not self.continuous)
+            self.requests.answered(request, ended=whole_now)
             return whole, None
         lines = b"".join(self._line(job, sentence) for sentence in progress.lines)
         if progress.first or not progress.done:
@@ -223,32 +204,21 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         line = {"sentence": index, "translation": sentence.translation}
         return json.dumps(line, ensure_ascii=False).encode("utf-8") + b"\n"
 
-    def _driver(self, yaml: dict[str, Any]) -> Driver:
+    def _driver(self, calls: Calls) -> Driver:
         """The step scheduler(s): in this thread for static calls, in partition processes for step."""
         assert self.translator is not None
-        config = self.translator.config
-        partitions = [
+        config, pad_id = self.translator.config, self.translator.tokenizer.pad_token_id
+        schedulers = [
             StepScheduler(
                 self.translator.decoder,
-                self.translator.tokenizer.pad_token_id,
+                pad_id,
                 config.max_batch_rows,
                 config.max_cohorts,
                 config.document_rows_beside_interactive,
             )
-            for _ in range(config.step_partitions if self.continuous else 1)
+            for _ in range(calls.partitions())
         ]
-        if not self.continuous:
-            return InlineDriver(partitions[0])
-        if not yaml.get("continuousBatching"):
-            raise ConfigError("scheduler: step needs continuousBatching: true in the model-config yaml")
-        if max(yaml.get("minWorkers", 1), yaml.get("maxWorkers", 1)) > 1:
-            # TorchServe 0.12 polls new jobs under one lock per model; an idle worker waits for a
-            # job while holding it, so a second worker would stall every open request of the first
-            # until the next request arrives. One worker, with step_partitions for the cores.
-            raise ConfigError(
-                "scheduler: step needs minWorkers: 1 and maxWorkers: 1 (use step_partitions for cores)"
-            )
-        return ProcessPartitions(partitions)
+        return calls.driver(schedulers)
 
     def _report(self) -> None:
         """Custom metrics (config/metrics.yaml declares them): counters, what waits and what runs,
@@ -256,7 +226,9 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         few ms, and each metric is a log line the frontend parses) and when the last open request
         is answered, so that nothing waits for the next request."""
         assert self.requests is not None
-        if self.continuous and time.monotonic() - self._gauged < 1.0 and self.requests.open_count:
+        assert self.calls is not None
+        holds_open = self.calls.holds_open
+        if holds_open and time.monotonic() - self._gauged < 1.0 and self.requests.open_count:
             return
         self._gauged = time.monotonic()
         counts = self.requests.decoding.take_counts()
@@ -264,7 +236,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
             self._count(counts)
         metrics, state = self.context.metrics, self.requests.decoding.driver.state()
         variant = [Dimension("Variant", str(self.identity["variant"]))]
-        if self.continuous:
+        if holds_open:
             for name, value in (
                 ("QueuedSentences", state.waiting_sentences),
                 ("RunningRows", state.running_rows),
