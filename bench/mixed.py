@@ -4,10 +4,11 @@
                           [--uniform-users 100] [--beams 1 4] [--stream-sentences 200]
 
 Each scheduler serves the int8 archive (sentence cache off) from a real TorchServe on loopback
-ports: `static` as shipped (config/zh_en_int8.yaml: 2 workers x 1 thread, batches of 16 decoded
-to their end); `step` with continuousBatching and one worker (TorchServe 0.12 cannot run
-continuous batching with two workers: docs/SCHEDULING.md) holding two running batches on two
-processes of one intra-op thread each, sentences joining and leaving them every decoder step.
+ports (bench.common SCHEDULERS): `static` as it shipped before commit 903314a (2 workers x 1
+thread, batches of 16 decoded to their end); `step` as it ships now, with continuousBatching and
+one worker (TorchServe 0.12 cannot run continuous batching with two workers: docs/SCHEDULING.md)
+holding two running batches on two processes of one intra-op thread each, sentences joining and
+leaving them every decoder step.
 Phases, each bounded, all against 127.0.0.1:
 
 1. interactive: --users single-sentence users, no pause (saturation), at the model's beams;
