@@ -39,8 +39,12 @@ VERSIONS = ("1.0-fp32", "1.0-int8")
 say = Progress("faults")
 
 
-def swap_under_load(server: TorchServe, load: SteadyLoad, seconds: float, workers: int = 2) -> dict[str, Any]:
-    """Alternate fp32/int8 as the default while `load` runs, until `seconds` passed; ends where it began."""
+def swap_under_load(
+    server: TorchServe, load: SteadyLoad, seconds: float, workers: int | None = None
+) -> dict[str, Any]:
+    """Alternate fp32/int8 as the default while `load` runs, until `seconds` passed; ends where it began.
+
+    `workers` per version: as each archive's model config starts it, unless given."""
     started = time.monotonic()
     swaps: list[dict[str, Any]] = []
     while time.monotonic() - started < seconds or len(swaps) < 2 or len(swaps) % 2:
@@ -52,9 +56,14 @@ def swap_under_load(server: TorchServe, load: SteadyLoad, seconds: float, worker
     return {"swaps": swaps, "seconds": round(time.monotonic() - started, 1)}
 
 
-def kill_worker_under_load(server: TorchServe, workers: int = 2, timeout: float = 300.0) -> dict[str, Any]:
-    """SIGKILL one worker; time until /ping is Healthy again and until all workers are READY."""
+def kill_worker_under_load(
+    server: TorchServe, workers: int | None = None, timeout: float = 300.0
+) -> dict[str, Any]:
+    """SIGKILL one worker; time until /ping is Healthy again and until all workers are READY
+    (`workers`: the default version's minWorkers as TorchServe reports them, unless given)."""
     version = server.client.default_version()
+    if workers is None:
+        workers = int(server.client.describe(version=version)[0]["minWorkers"])
     victim = server.worker_pids()[0]
     killed = time.monotonic()
     os.kill(victim, signal.SIGKILL)
@@ -114,11 +123,6 @@ def cold_store(model_dir: Path, workdir: Path, scheduler: str = "static") -> Pat
     return store
 
 
-def workers_of(scheduler: str) -> int:
-    """Workers per version: as config/zh_en_int8.yaml ships, or the one a step scheduler allows."""
-    return int(SCHEDULERS[scheduler][1].get("minWorkers", 2))
-
-
 def partitions_of(scheduler: str) -> int:
     """Step partitions per worker (0 for a static worker: it decodes in its own thread)."""
     handler = SCHEDULERS[scheduler][0]
@@ -133,7 +137,6 @@ def main(argv: list[str] | None = None) -> int:
     cli.parser.add_argument("--max-new-tokens", type=int, default=16)
     cli.parser.add_argument("--scheduler", default="static", choices=list(SCHEDULERS))
     args = cli.parse(argv)
-    workers = workers_of(args.scheduler)
     texts = ["汤姆不会同意的。", "我要看病。", "那个穿棕色大衣的女人是谁？", "如果今天是星期日，我會去釣魚。"]
     options = {"num_beams": args.num_beams, "max_new_tokens": args.max_new_tokens}
     result: dict[str, Any] = {
@@ -149,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         endpoints = server.client.endpoints
         say(f"swapping versions for {args.swap_seconds:.0f}s under load ...")
         with SteadyLoad(endpoints, server.key_file, texts, args.concurrency, options=options) as load:
-            result["swap"] = swap_under_load(server, load, args.swap_seconds, workers)
+            result["swap"] = swap_under_load(server, load, args.swap_seconds)
         result["swap"].update(summarize(load))
         if partitions_of(args.scheduler):
             say("killing one step partition under load ...")
@@ -161,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         say("killing one worker under load ...")
         with SteadyLoad(endpoints, server.key_file, texts, args.concurrency, options=options) as load:
             time.sleep(3.0)
-            result["kill"] = kill_worker_under_load(server, workers)
+            result["kill"] = kill_worker_under_load(server)
             time.sleep(3.0)
         result["kill"].update(summarize(load))
         answer = server.client.translate(texts[0]).json()

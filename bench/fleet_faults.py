@@ -96,7 +96,7 @@ def served(server: TorchServe) -> int:
 def roll_under_load(
     fleet: Fleet,
     targets: tuple[str, ...] = ("1.0-fp32", "1.0-int8"),
-    workers: int = 2,
+    workers: int | None = None,
     say: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Roll every replica to each target in turn; ends on the last target."""

@@ -204,7 +204,7 @@ def write_readme(results: dict[str, dict[str, Any]], plots: list[Path], out: Pat
             "## Load (Locust, headless, users send without waiting)",
             "",
             f"{commands(loads)}, one server "
-            "per variant (2 workers x 1 thread, batches of up to 16 within 5 ms).",
+            "per variant, laid out as its config/zh_en_*.yaml ships (docs/SCHEDULING.md).",
             "",
             load_table(loads),
         ]

@@ -127,7 +127,7 @@ def parser() -> argparse.ArgumentParser:
         command(name).add_argument("name")
     roll = command("roll", help="change the default version on every replica in turn")
     roll.add_argument("--to", required=True, help="a version (1.0-fp32) or an archive (zh_en_fp32.mar)")
-    roll.add_argument("--workers", type=int, default=2)
+    roll.add_argument("--workers", type=int, help="workers per replica (default: the archive's minWorkers)")
     key_parser = command("keys", help="add, revoke or list client keys (no restart)")
     key_parser.add_argument("action", choices=("add", "revoke", "list"))
     key_parser.add_argument("name", nargs="?")

@@ -188,8 +188,11 @@ class Fleet:
         self._start_replica(name)
         self.reload()
 
-    def roll(self, to: str, workers: int = 2, say: Callable[[str], None] = print) -> list[dict[str, Any]]:
-        """Change the default model version on every replica in turn, each with serving.swap."""
+    def roll(
+        self, to: str, workers: int | None = None, say: Callable[[str], None] = print
+    ) -> list[dict[str, Any]]:
+        """Change the default model version on every replica in turn, each with serving.swap
+        (`workers`: as the target archive's model config starts it, unless given)."""
         steps = []
         for name in self.names():
             server = self.server(name)

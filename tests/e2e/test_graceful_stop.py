@@ -14,7 +14,8 @@ import pytest
 
 from serving import health
 from serving.client import read_key
-from serving.processes import process_alive
+from serving.processes import live_children, process_alive
+from serving.swap import archive_workers
 from serving.torchserve import TorchServe
 from tests.e2e.stopping_clients import Clients
 
@@ -42,7 +43,8 @@ def start_supervised(
         env = {**server.env, **({"ZH_EN_STATE_DIR": str(state_dir)} if state_dir else {})}
         supervisor = subprocess.Popen(command, cwd=server.workdir, env=env, stdout=log, stderr=log)
     server.wait_healthy(300)
-    server.client.wait_ready(server.client.default_version(), workers=2)  # /ping may come first
+    workers = archive_workers(server.model_store / server.models[0])  # as its model config starts it
+    server.client.wait_ready(server.client.default_version(), workers)  # /ping may come first
     return supervisor
 
 
@@ -52,6 +54,7 @@ def test_sigterm_finishes_requests_in_flight_then_stops(tiny_store: Path, tmp_pa
     supervisor = start_supervised(server, drain_seconds=30, state_dir=state)
     try:
         java, workers = server.java_pid(), server.worker_pids()
+        partitions = [child for worker in workers for child in live_children(worker)]  # under step
         key = read_key(server.key_file, "inference")
         clients = Clients(f"{server.client.endpoints.inference}/predictions/zh_en", key)
         threads = clients.run(6)
@@ -79,7 +82,7 @@ def test_sigterm_finishes_requests_in_flight_then_stops(tiny_store: Path, tmp_pa
     assert not failed, f"{len(failed)} of {len(clients.outcomes)} failed: {failed[:3]}\n{log}"
     assert "drained after" in log, log
     assert stopped - max(o.ended for o in clients.outcomes) < 20, log
-    assert not [pid for pid in [java, *workers] if pid is not None and process_alive(pid)]
+    assert not [pid for pid in [java, *workers, *partitions] if pid is not None and process_alive(pid)]
     print(
         f"{len(clients.outcomes)} requests, {len(in_flight)} in flight at SIGTERM, 0 failed; "
         f"stopped {stopped - terminated:.1f} s after SIGTERM; {log.strip().splitlines()[-1]}"

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from serving import health
+from serving.swap import archive_workers
 from serving.torchserve import TorchServe
 
 pytestmark = pytest.mark.e2e
@@ -16,7 +17,7 @@ def test_health_fails_when_no_worker_can_translate_though_ping_is_healthy(
     server: TorchServe, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     version = server.client.default_version()
-    workers = 2  # as the archive's model config starts it
+    workers = archive_workers(server.model_store / "zh_en_int8.mar")  # as its model config starts it
     server.client.wait_ready(version, workers=workers)
     check = ["--key-file", str(server.key_file), "--url", server.client.endpoints.inference]
     check += ["--marker", str(tmp_path / "no-drain"), "--timeout", "5"]

@@ -4,7 +4,7 @@ No cluster runs here. These tests render every kustomization with `kubectl kusto
 core kinds against Kubernetes' own schemas in strict mode (kubernetes-validate, bundled, offline),
 lint every YAML file under deploy/, and hold the manifests to the facts they rest on: the image
 (Dockerfile), the pod's TorchServe config, the archive names archive/build.py writes, the worker
-layout in config/zh_en_*.yaml and the measured memory per worker.
+layout in config/zh_en_*.yaml and the measured memory per worker and step partition.
 """
 
 from __future__ import annotations
@@ -55,17 +55,45 @@ POD_DROPS = {"token_expiration_min"}  # meaningless without token authorization
 
 @dataclass(frozen=True)
 class WorkerMemory:
-    """Megabytes, measured: docs/BENCHMARKS.md (steady state) and deploy/EC2.md section 4 (after load)."""
+    """Megabytes, measured on the full-size stand-in, for one layout of one variant."""
 
+    # The worker process's own (anonymous) memory at its peak: under static it decodes its batches;
+    # under step it holds the model and every open request's state while its partitions decode.
     private_peak: int
+    # What each step partition adds: forked after the model is loaded, it shares the worker's pages
+    # (weights included) until it writes them, so it costs its running batch and its Python heap.
+    partition_private_peak: int
+    # Weight and library pages mapped from files: shared by every worker and partition.
     file_backed: int
+    # The worker's whole resident peak while it loads (int8: fp32 weights and their quantized copy
+    # at once), before any partition exists; 0 where it was not measured.
+    load_peak: int
 
 
 MEASURED = {
-    "int8": WorkerMemory(private_peak=470, file_backed=398),
-    # fp32 under load was not measured: its 352 MB steady state plus int8's growth (342 -> 470 MB).
-    "fp32": WorkerMemory(private_peak=480, file_backed=340),
+    # static (2 workers x 1 thread, batches of 16; docs/BENCHMARKS.md steady state, deploy/EC2.md
+    # section 4 after make layout's load). fp32 under load was not measured: its 352 MB steady
+    # state plus int8's growth (342 -> 470 MB).
+    "static": {
+        "int8": WorkerMemory(private_peak=470, partition_private_peak=0, file_backed=398, load_peak=0),
+        "fp32": WorkerMemory(private_peak=480, partition_private_peak=0, file_backed=340, load_peak=0),
+    },
+    # step (1 worker, 2 partitions x 1 thread), measured 2026-11-25 on an Intel Xeon with 2 shared
+    # vCPUs: a real TorchServe serving the full-size stand-in archive (bench.common.archive_with,
+    # sentence cache as shipped), after 30 requests of 1-20 Tatoeba sentences, 6 at a time, beam 4.
+    # /proc/<pid>/status and smaps_rollup: the worker's RssAnon (it includes about 360 MB int8 /
+    # 510 MB fp32 that its partitions share copy-on-write), the larger partition's private pages
+    # (Private_Dirty + Private_Clean; the two: int8 176 and 179 MB, fp32 13 and 72 MB), the worker's
+    # RssFile, and the worker's VmHWM (int8 while quantizing: 748 MB anonymous + 392 MB file-backed
+    # at its highest, sampled every 20 ms; fp32 never rises above its size after load).
+    "step": {
+        "int8": WorkerMemory(private_peak=384, partition_private_peak=179, file_backed=105, load_peak=1140),
+        "fp32": WorkerMemory(private_peak=352, partition_private_peak=72, file_backed=337, load_peak=689),
+    },
 }
+# Beams of a request that names none: opus-mt-zh-en's generation_config.json (the yaml leaves
+# num_beams unset; the stand-in copies it).
+MODEL_DEFAULT_BEAMS = 4
 # The Java frontend at its heap cap (-Xmx512m) plus 150 MB outside the heap (measured: 214 MB RSS
 # with 61 MB of committed heap), and the torchserve launcher (15 MB RSS measured).
 FRONTEND_PEAK_MB = 512 + 150
@@ -130,10 +158,47 @@ def megabytes(quantity: str) -> float:
     return float(match.group(1)) * units[match.group(2)]
 
 
+def scheduler_of(layout: dict[str, Any]) -> str:
+    return str(layout["handler"].get("scheduler", "static"))
+
+
+def partitions_per_worker(layout: dict[str, Any]) -> int:
+    """Processes that decode beside each worker: its step partitions (0 under static)."""
+    return int(layout["handler"].get("step_partitions", 1)) if scheduler_of(layout) == "step" else 0
+
+
+def cores(layout: dict[str, Any]) -> int:
+    """What the layout keeps busy: a static worker decodes on its intra-op threads; a step worker's
+    partitions do, each on its own threads, while the worker only talks to TorchServe."""
+    decoding_processes = int(layout["minWorkers"]) * max(1, partitions_per_worker(layout))
+    return decoding_processes * int(layout["handler"]["threads"])
+
+
 def peak_memory_mb(variant: str) -> int:
-    workers = int(model_config(variant)["minWorkers"])
-    measured = MEASURED[variant]
-    return workers * measured.private_peak + measured.file_backed + FRONTEND_PEAK_MB + LAUNCHER_MB
+    """The pod's peak: its workers loading (all at once, at start), or loaded with their partitions
+    and after load, whichever is higher; plus the frontend at its heap cap and the launcher."""
+    layout = model_config(variant)
+    workers = int(layout["minWorkers"])
+    measured = MEASURED[scheduler_of(layout)][variant]
+    worker = measured.private_peak + partitions_per_worker(layout) * measured.partition_private_peak
+    loaded = workers * worker + measured.file_backed
+    loading = workers * measured.load_peak
+    return max(loaded, loading) + FRONTEND_PEAK_MB + LAUNCHER_MB
+
+
+def requests_decoded_at_once(layout: dict[str, Any]) -> int:
+    """Requests of one sentence at the default beams that a pod decodes together; beyond them a
+    request waits (in TorchServe's queue, or for rows) and its latency grows.
+
+    static: each worker's batch of batchSize requests. step: the partitions' running batches hold
+    max_batch_rows rows (sentences x beams) each; batchSize only bounds the requests a worker holds
+    open, most of them waiting for rows once the rows are full.
+    """
+    if scheduler_of(layout) == "static":
+        return int(layout["minWorkers"]) * int(layout["batchSize"])
+    beams = int(layout["handler"].get("num_beams") or MODEL_DEFAULT_BEAMS)
+    running_batches = int(layout["minWorkers"]) * partitions_per_worker(layout)
+    return running_batches * int(layout["handler"]["max_batch_rows"]) // beams
 
 
 # ---------------------------------------------------------------- rendering
@@ -308,9 +373,7 @@ def check_torchserve_container(
     assert set(mounts.values()) <= empty_dirs
 
     resources = container["resources"]
-    layout = model_config(variant)
-    cores = int(layout["minWorkers"]) * int(layout["handler"]["threads"])
-    assert int(resources["requests"]["cpu"]) == cores
+    assert int(resources["requests"]["cpu"]) == cores(model_config(variant))
     memory = megabytes(resources["requests"]["memory"])
     assert resources["limits"]["memory"] == resources["requests"]["memory"]
     peak = peak_memory_mb(variant)
@@ -440,7 +503,7 @@ def test_inference_service(inference_service: dict[str, Any]) -> None:
     layout = model_config("int8")
     assert 2 <= predictor["minReplicas"] < predictor["maxReplicas"]
     assert predictor["scaleMetric"] == "concurrency"
-    assert predictor["scaleTarget"] == int(layout["minWorkers"]) * int(layout["batchSize"])
+    assert predictor["scaleTarget"] == requests_decoded_at_once(layout)
     assert 0 < predictor["canaryTrafficPercent"] < 100
     assert predictor["timeout"] >= int(layout["responseTimeout"])
     assert predictor["annotations"]["prometheus.kserve.io/port"] == "8082"
