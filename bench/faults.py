@@ -1,7 +1,7 @@
 """Operations under load, measured: version swaps, a killed worker and (step) a killed partition.
 
     python -m bench.faults [--model synthetic|hub id|dir] [--swap-seconds 60] [--concurrency 4]
-                           [--scheduler static|step]
+                           [--scheduler step|static]
 
 Starts a real TorchServe (production config, free local ports) serving zh_en_int8.mar, keeps a
 steady stream of requests going, and
@@ -12,9 +12,9 @@ steady stream of requests going, and
   seconds until the worker has all its partitions again;
 - kills one worker process with SIGKILL: failed requests, seconds until /ping says Healthy
   and until the model has all its workers READY again.
---scheduler step serves both versions with one continuous-batching worker each (bench.common
-SCHEDULERS): a killed worker then takes every open request with it, and nothing answers until
-its replacement is up. Writes bench/results/faults.json (faults-step.json). The soak tests run
+--scheduler step (the default, as shipped) serves both versions with one continuous-batching
+worker each (bench.common SCHEDULERS): a killed worker then takes every open request with it, and
+nothing answers until its replacement is up; --scheduler static serves two workers per version. Writes bench/results/faults.json (faults-step.json). The soak tests run
 the same functions on the tiny stand-in, with either scheduler, and assert on them.
 """
 
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     cli.parser.add_argument("--concurrency", type=int, default=4)
     cli.parser.add_argument("--num-beams", type=int, default=1)
     cli.parser.add_argument("--max-new-tokens", type=int, default=16)
-    cli.parser.add_argument("--scheduler", default="static", choices=list(SCHEDULERS))
+    cli.parser.add_argument("--scheduler", default="step", choices=list(SCHEDULERS))  # step ships
     args = cli.parse(argv)
     texts = ["汤姆不会同意的。", "我要看病。", "那个穿棕色大衣的女人是谁？", "如果今天是星期日，我會去釣魚。"]
     options = {"num_beams": args.num_beams, "max_new_tokens": args.max_new_tokens}

@@ -56,11 +56,12 @@ class HandlerConfig:
     # (handlers.scheduling.partitions says why). Fairness (docs/SCHEDULING.md): a request's first
     # sentence goes ahead of documents' remaining ones; documents (requests of several sentences)
     # hold at most document_rows_beside_interactive rows while a one-sentence request runs or
-    # waits, and always run at least one sentence.
+    # waits or arrived within interactive_window_ms, and always run at least one sentence.
     scheduler: Scheduler = "static"
     step_partitions: int = 1
     max_cohorts: int = 8
     document_rows_beside_interactive: int = 16
+    interactive_window_ms: int = 2000
     step_slice_ms: int = 50
     backlog_slice_ms: int = 250
     # Runaway-generation guard: at most ratio * input tokens + slack new tokens,
@@ -111,6 +112,7 @@ class HandlerConfig:
         _require(self.max_cohorts >= 1, "max_cohorts must be >= 1")
         _require(self.step_partitions >= 1, "step_partitions must be >= 1")
         _require(self.document_rows_beside_interactive >= 1, "document_rows_beside_interactive must be >= 1")
+        _require(self.interactive_window_ms >= 0, "interactive_window_ms must be >= 0")
         _require(self.step_slice_ms >= 1, "step_slice_ms must be >= 1")
         _require(self.backlog_slice_ms >= 1, "backlog_slice_ms must be >= 1")
         _require(

@@ -215,6 +215,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
                 config.max_batch_rows,
                 config.max_cohorts,
                 config.document_rows_beside_interactive,
+                config.interactive_window_ms / 1000,
             )
             for _ in range(calls.partitions())
         ]

@@ -11,9 +11,11 @@ budget (sentences x beams) has room and fewer than `max_cohorts` cohorts run, ta
 sentence of the request with the fewest sentences running, earliest arrival first on ties. A
 request's first sentence therefore goes ahead of the remaining sentences of documents already
 running. Documents (requests of more than one sentence) take the rows interactive work leaves:
-- while a one-sentence request runs or waits, documents hold at most
-  `document_rows_beside_interactive` rows, so that a step (whose time grows with its rows) stays
-  near what the interactive sentence's step costs alone;
+- while interactive work is about (a one-sentence request runs or waits, or one arrived within
+  `interactive_window` seconds), documents hold at most `document_rows_beside_interactive` rows:
+  so that a step (whose time grows with its rows) stays near what an interactive sentence's step
+  costs alone, and the next one finds rows free at once instead of waiting for document
+  sentences to end;
 - they never starve: while documents wait and none runs, one document sentence goes first.
 Greedy and each beam count run as their own lanes (rows of one lane share a search), stepped in turn.
 
@@ -28,6 +30,7 @@ One StepScheduler is one running batch, driven by one thread (handlers.schedulin
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict, deque
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
@@ -69,7 +72,9 @@ class SchedulerState:
     waiting_sentences: int
     running_rows: int
     cohorts: int
-    # Waiting sentences that only rows hold back (not a lead): they run when rows free up.
+    # One-sentence requests' sentences that only rows hold back: they run when rows free up.
+    # (Documents' waiting sentences are not counted: they wait by policy, and a call that held
+    # back answers for them would only delay the interactive requests it could answer.)
     backlog: int = 0
 
 
@@ -81,10 +86,13 @@ class StepScheduler:
         row_budget: int,
         max_cohorts: int,
         document_rows_beside_interactive: int,
+        interactive_window: float = 0.0,
     ) -> None:
         self.decoder, self.pad_id = decoder, pad_id
         self.row_budget, self.max_cohorts = row_budget, max_cohorts
         self.document_cap = document_rows_beside_interactive
+        self.interactive_window = interactive_window
+        self._interactive_until = 0.0  # monotonic time until which interactive work counts as about
         self._requests: dict[Hashable, _Request] = {}
         self._lanes: dict[int, list[RunningCohort]] = defaultdict(list)  # beams -> running cohorts
         self._arrivals = 0
@@ -114,6 +122,8 @@ class StepScheduler:
         self._arrivals += 1
         # A request with a sentence past its first is a document, however few of them are left.
         document = len(ids) > 1 or max(numbers) > 0
+        if not document:
+            self._interactive_until = time.monotonic() + self.interactive_window
         lead_left = sum(1 for index in numbers if index < lead)
         entry = _Request(self._arrivals, beams, document, lead=lead, lead_left=lead_left, keep=keep)
         rows = zip(numbers, ids, limits, strict=True)
@@ -136,7 +146,11 @@ class StepScheduler:
         rows = sum(c.sentences * beams for beams, cohorts in self._lanes.items() for c in cohorts)
         return SchedulerState(
             waiting_sentences=sum(len(entry.waiting) for entry in self._requests.values()),
-            backlog=sum(len(entry.waiting) for entry in self._requests.values() if entry.admissible),
+            backlog=sum(
+                len(entry.waiting)
+                for entry in self._requests.values()
+                if entry.admissible and not entry.document
+            ),
             running_rows=rows,
             cohorts=sum(len(cohorts) for cohorts in self._lanes.values()),
         )
@@ -145,7 +159,9 @@ class StepScheduler:
         """Start a cohort per lane from waiting sentences, as the policy in the module doc says."""
         rows = self.state().running_rows
         document_rows = sum(e.running * e.beams for e in self._requests.values() if e.document)
-        interactive = any(not e.document and (e.running or e.waiting) for e in self._requests.values())
+        interactive = time.monotonic() < self._interactive_until or any(
+            not e.document and (e.running or e.waiting) for e in self._requests.values()
+        )
         cohorts = sum(len(lane) for lane in self._lanes.values())
         chosen: dict[int, list[tuple[SentenceKey, list[int], RowLimits]]] = defaultdict(list)
         while cohorts + len(chosen) <= self.max_cohorts:
