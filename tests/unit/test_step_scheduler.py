@@ -34,11 +34,17 @@ def scheduler(
     row_budget: int = 64,
     max_cohorts: int = 8,
     document_rows_beside_interactive: int = 10**6,
+    interactive_window: float = 0.0,
 ) -> StepScheduler:
     assert isinstance(translator.decoder, FastDecoder)
     pad_id = translator.tokenizer.pad_token_id
     return StepScheduler(
-        translator.decoder, pad_id, row_budget, max_cohorts, document_rows_beside_interactive
+        translator.decoder,
+        pad_id,
+        row_budget,
+        max_cohorts,
+        document_rows_beside_interactive,
+        interactive_window,
     )
 
 
@@ -193,7 +199,10 @@ def test_a_streamed_documents_first_sentence_runs_alone_on_an_idle_scheduler(
     steps.submit("unstreamed", ids, limits, 4)
     run(steps, lambda _: True)
     assert len(cohorts[3]) == 8, "without a lead the first cohort fills the row budget"
-    assert steps.state().backlog == 4, "the other 4 wait for rows"
+    state = steps.state()
+    assert (state.waiting_sentences, state.backlog) == (4, 0), "a document's waiting rows are no backlog"
+    steps.submit("single", ids[:1], limits[:1], 4)
+    assert steps.state().backlog == 1, "a one-sentence request waiting for rows is"
 
 
 def test_documents_hold_few_rows_beside_interactive_work_and_still_progress(
@@ -218,3 +227,22 @@ def test_documents_hold_few_rows_beside_interactive_work_and_still_progress(
     while steps.busy:
         finished += [key for key, _ in run(steps, lambda _: False)]
     assert sorted(key.index for key in finished if key.request == "document") == list(range(30))
+
+
+@pytest.mark.parametrize(("window", "document_rows"), [(60.0, 4), (0.0, 20)])
+def test_documents_stay_within_the_bound_for_a_while_after_interactive_work(
+    translator: Translator, window: float, document_rows: int
+) -> None:
+    """Within interactive_window of a one-sentence request, a document that arrives keeps to the
+    bound, so that the next interactive sentence finds rows free; after it, it takes every row."""
+    ids = translator.encode([s.source for s in sample_sentences(translator.tokenizer, 21)])
+    limits = [RowLimits(4)] * len(ids)
+    steps = scheduler(
+        translator, row_budget=32, document_rows_beside_interactive=4, interactive_window=window
+    )
+    steps.submit("single", ids[:1], limits[:1], 1)
+    while steps.busy:
+        run(steps, lambda _: False)
+    steps.submit("document", ids[1:], limits[1:], 1)
+    run(steps, lambda _: True)
+    assert steps.state().running_rows == document_rows
