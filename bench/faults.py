@@ -14,8 +14,9 @@ steady stream of requests going, and
   and until the model has all its workers READY again.
 --scheduler step (the default, as shipped) serves both versions with one continuous-batching
 worker each (bench.common SCHEDULERS): a killed worker then takes every open request with it, and
-nothing answers until its replacement is up; --scheduler static serves two workers per version. Writes bench/results/faults.json (faults-step.json). The soak tests run
-the same functions on the tiny stand-in, with either scheduler, and assert on them.
+nothing answers until its replacement is up; --scheduler static serves two workers per version.
+Writes bench/results/faults-step.json (faults.json under static). The soak tests run the same
+functions on the tiny stand-in, with either scheduler, and assert on them.
 """
 
 from __future__ import annotations
