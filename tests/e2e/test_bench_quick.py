@@ -47,7 +47,7 @@ def test_quick_bench_writes_results_report_and_plots(tiny_model_dir: Path, tmp_p
 
 
 def assert_mixed_ran(results: Path) -> None:
-    """bench.mixed: both schedulers under Locust, the streamed document, the targets, table and plot."""
+    """bench.mixed: both policies under Locust, the streamed document, the targets, table and plot."""
     result = json.loads((results / "mixed.json").read_text())
     for name in ("static", "step"):
         figures = result["schedulers"][name]
@@ -57,7 +57,13 @@ def assert_mixed_ran(results: Path) -> None:
     # step streams the document: a line per sentence (12 or more), then the whole response.
     assert result["schedulers"]["step"]["idle"]["document_lines"] >= 12 + 1
     assert result["schedulers"]["static"]["idle"]["document_lines"] == 1
-    assert "documents_no_failures_and_a_third" in result["targets"]["step_targets"]
+    assert {
+        "paced_p95_beside_documents_at_most_1.5x_alone",
+        "interactive_rps_held",
+        "documents_complete_without_failures",
+        "serving_overhead_at_most_10ms",
+        "uniform_beam1_at_least_1.0x_static_no_failures",
+    } == set(result["targets"]["step_targets"])  # issue 26's, at the quick run's one beam count
     assert result["in_process_one_sentence_ms"] > 0
     assert {"serving_overhead_ms"} <= set(result["targets"]["step"]) & set(result["targets"]["static"])
     assert "bench.mixed" in (results / "mixed.md").read_text() and (results / "mixed.png").stat().st_size > 0
