@@ -70,7 +70,6 @@ class Translator:
         self.config = config
         self.info = info
         self.decoder = decoder
-        self.generated_tokens = 0  # over the worker's life, for its metrics
 
     @classmethod
     def load(cls, model_dir: Path, config: HandlerConfig) -> Translator:
@@ -153,11 +152,9 @@ class Translator:
         if not any(option.alternatives for option in options):
             with torch.inference_mode():
                 rows = self.decoder.decode(input_ids, attention_mask, limits, beams.pop())
-            self.generated_tokens += sum(len(row) for row in rows)
             return [[text] for text in self.tokenizer.batch_decode(rows, skip_special_tokens=True)]
         with torch.inference_mode():
             ranked = self.decoder.decode_ranked(input_ids, attention_mask, limits, beams.pop())
-        self.generated_tokens += sum(len(hypotheses[0]) for hypotheses in ranked)
         return [
             self.ranked_texts(hypotheses)[: 1 + option.alternatives]
             for hypotheses, option in zip(ranked, options, strict=True)

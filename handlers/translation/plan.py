@@ -9,8 +9,8 @@ done (handlers.translation.decoding fills them). Both run under the request's te
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 
 from handlers.errors import OutOfRange, OverLimit
 from handlers.handler_config import HandlerConfig
@@ -37,10 +37,10 @@ class PlannedRequest:
     request: TranslationRequest
     texts: list[PlannedText]
 
-    @property
-    def sentences(self) -> Iterator[Sentence]:
-        """Every sentence to decode, in document order."""
-        return (sentence for text in self.texts for sentence in text.sentences)
+    @cached_property
+    def sentences(self) -> list[Sentence]:
+        """Every sentence to decode, in document order (once: streams index it line by line)."""
+        return [sentence for text in self.texts for sentence in text.sentences]
 
     @property
     def done(self) -> bool:
@@ -52,7 +52,7 @@ class PlannedRequest:
 
     @property
     def count(self) -> int:
-        return sum(len(text.sentences) for text in self.texts)
+        return len(self.sentences)
 
     @property
     def glossary_hits(self) -> int:
