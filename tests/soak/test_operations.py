@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -67,15 +67,25 @@ def test_swapping_versions_under_load_fails_no_request(fresh_server: TorchServe,
     assert fresh_server.client.versions() == ["1.0-int8"]
 
 
+def killed_under_load(
+    server: TorchServe, concurrency: int, kill: Callable[[], dict[str, Any]]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`kill` while `concurrency` clients are answered before it and after it: its report, the load's."""
+    with steady(server, concurrency) as load:
+        load.wait_for_answers(2 * concurrency, since=0.0)  # the load is running before the kill
+        report = kill()
+        load.wait_for_answers(2 * concurrency, since=time.monotonic())  # and answered after it
+    return report, summarize(load)
+
+
 def test_a_killed_worker_is_replaced_and_only_its_requests_fail(
     fresh_server: TorchServe, scheduler: str
 ) -> None:
     concurrency = 4
-    with steady(fresh_server, concurrency) as load:
-        load.wait_for_answers(2 * concurrency, since=0.0)  # the load is running before the kill
-        report = kill_worker_under_load(fresh_server)  # until the archive's minWorkers are READY
-        load.wait_for_answers(2 * concurrency, since=time.monotonic())  # and answered after it
-    summary = summarize(load)
+    # kill_worker_under_load waits until the archive's minWorkers are READY again.
+    report, summary = killed_under_load(
+        fresh_server, concurrency, lambda: kill_worker_under_load(fresh_server)
+    )
     assert not process_alive(report["killed_pid"])
     assert report["all_ready_after_s"] < 120
     # At most the requests that were on the killed worker: one static batch, or every request open
@@ -89,11 +99,8 @@ def test_a_killed_partition_is_replaced_and_no_request_fails(
     fresh_server: TorchServe, scheduler: str
 ) -> None:
     concurrency = 4
-    with steady(fresh_server, concurrency) as load:
-        load.wait_for_answers(2 * concurrency, since=0.0)  # the load is running before the kill
-        report = kill_partition_under_load(fresh_server, partitions_of(scheduler))
-        load.wait_for_answers(2 * concurrency, since=time.monotonic())  # and answered after it
-    summary = summarize(load)
+    kill = lambda: kill_partition_under_load(fresh_server, partitions_of(scheduler))  # noqa: E731
+    report, summary = killed_under_load(fresh_server, concurrency, kill)
     assert not process_alive(report["killed_pid"])
     assert report["worker_survived"], "the worker replaces its partition instead of exiting"
     assert report["partition_back_after_s"] < 30
