@@ -56,8 +56,9 @@ def test_a_killed_partition_is_replaced_and_every_sentence_comes_back_once(
     limits = [RowLimits(min(40, 2 * len(row) + 10)) for row in ids]
     alone = decoded_alone(translator, ids, limits)
     members_of = requests_of(SENTENCES)
-    # 8 rows at beam 2: each partition runs 4 sentences and keeps the rest waiting.
-    processes = ProcessPartitions([scheduler(translator, row_budget=8) for _ in range(2)])
+    # 4 rows at beam 2: each partition runs 2 sentences and keeps the rest waiting, long enough
+    # that a slow test process still finds both mid-flight (8 rows drained once in a full run).
+    processes = ProcessPartitions([scheduler(translator, row_budget=4) for _ in range(2)])
     came_back: list[SentenceKey] = []
     scheduled: dict[int, list[list[int]]] = {}
 
