@@ -93,6 +93,13 @@ bench: archives java $(DEV)
 bench-quick: archives java $(DEV)
 	$(BIN)/python -m bench.run_all --quick
 
+# LibreTranslate 1.9.6 in its own venv under build/libretranslate and the stand-in as an Argos package,
+# cached: the served peer of `python -m bench.run_all --loads int8:4:100 libretranslate:4:100
+# libretranslate-tuned:4:100` (bench/libretranslate_peer.py). Not part of make test.
+.PHONY: libretranslate-peer
+libretranslate-peer: $(DEV)
+	$(BIN)/python -m bench.libretranslate_peer --prepare
+
 # One fresh TorchServe per point (its own archive from MODEL); about 13 minutes on 2 cores. A finished
 # study kept as a tool (bench/studies/README.md); writes bench/studies/results/layout.{json,md,png}.
 layout: $(DEV) java
