@@ -54,6 +54,9 @@ FULL = Plan(
         ("fp32", 4, 100),
         ("int8-generate", 1, 100),
         ("int8-generate", 4, 100),
+        # The served peer (issue 27): LibreTranslate as shipped and tuned, at its beam 4.
+        ("libretranslate", 4, 100),
+        ("libretranslate-tuned", 4, 100),
     ],
     duration="30s",
     mixed_args=[],
@@ -138,7 +141,10 @@ def run_loads(
         for server_name, _, users in loads:
             if server_name == name:
                 setting = libretranslate_peer.SETTINGS[name]
-                libretranslate_peer.run_peer_load(setting, users, duration, model_dir, results, command)
+                try:
+                    libretranslate_peer.run_peer_load(setting, users, duration, model_dir, results, command)
+                except libretranslate_peer.PeerUnavailable as error:  # our figures stand without it
+                    say(f"LEFT OUT {name} (no result written): {error}")
 
 
 def parse_load(text: str) -> tuple[str, int, int]:
