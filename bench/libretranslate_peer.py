@@ -28,6 +28,7 @@ translations at once, one core each; waitress threads as shipped). Beam 4 is Arg
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -132,9 +133,11 @@ def package_metadata() -> dict[str, Any]:
 def build_package(
     model_dir: Path, peer_dir: Path = PEER_DIR, ct2_dir: Path = ctranslate2_peer.CACHE_DIR
 ) -> Path:
-    """The .argosmodel for `model_dir`, cached under its CTranslate2 conversion's name (its key)."""
+    """The .argosmodel for `model_dir`, cached under its CTranslate2 conversion's name (its key) and
+    a digest of what this module adds (the splitter, the metadata)."""
     converted = ctranslate2_peer.convert(model_dir, ct2_dir)
-    target = peer_dir / "packages" / f"{converted.name}.argosmodel"
+    added = hashlib.sha256(sbd_standin.model_bytes() + json.dumps(package_metadata()).encode())
+    target = peer_dir / "packages" / f"{converted.name}-{added.hexdigest()[:8]}.argosmodel"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)

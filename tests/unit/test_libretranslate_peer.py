@@ -20,6 +20,7 @@ import requests
 from bench import libretranslate_launcher, libretranslate_peer, sbd_standin
 from bench.load import LoadSpec
 from bench.run_all import parse_load
+from handlers.text.splitting import sentences_of
 
 LIBRETRANSLATE = libretranslate_peer.venv_python()
 needs_libretranslate = pytest.mark.skipif(
@@ -58,6 +59,16 @@ def test_the_package_is_cached_by_its_conversion(package: Path, tiny_model_dir: 
     assert libretranslate_peer.build_package(tiny_model_dir, package.parent.parent, ct2_dir) == package
     assert package.stat().st_mtime_ns == built
     assert [path.name for path in package.parent.iterdir()] == [package.name]  # no staging left
+
+
+def test_a_new_splitter_makes_a_new_package(
+    package: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sbd_standin, "model_bytes", lambda: b"another splitter")
+    ct2_dir = package.parent.parent.parent / "ct2"
+    other = libretranslate_peer.build_package(tiny_model_dir, package.parent.parent, ct2_dir)
+    assert other != package and other.exists()
+    other.unlink()
 
 
 def test_varints_are_protobufs() -> None:
@@ -112,14 +123,18 @@ def test_the_rung_speaks_libretranslates_route_at_its_beam_only() -> None:
 
 
 @needs_libretranslate
-def test_minisbd_splits_with_the_standin_as_argos_would(tmp_path: Path) -> None:
+def test_minisbd_with_the_standin_splits_where_our_server_does(tmp_path: Path) -> None:
+    """Equal work: every sentence decodes its text's reference length on both servers, so both must
+    cut a text into the same sentences."""
     model = sbd_standin.write_model(tmp_path / "zh-hans-standin.onnx")
     texts = [
         "他说：“我五天前见过她。”",
-        "「故事？」妇女问道。",
+        "「故事？」妇女问道。「您是什么意思？」",
         "嗯。。。老师说",
+        "“这些车是你的吗？”“是的，是我的。”",
         "你好",
         "Tom在哪儿? 我不知道!",
+        "我們應該努力；獲得的財富也會煙消雲散。",
     ]
     code = "import json, sys; from minisbd import SBDetect; d = SBDetect(sys.argv[1], use_gpu=False); "
     code += "print(json.dumps([d.sentences(t) for t in json.loads(sys.argv[2])]))"
@@ -129,13 +144,9 @@ def test_minisbd_splits_with_the_standin_as_argos_would(tmp_path: Path) -> None:
         text=True,
         check=True,
     )
-    assert json.loads(out.stdout) == [
-        ["他说：“我五天前见过她。”"],
-        ["「故事？」", "妇女问道。"],
-        ["嗯。。。", "老师说"],
-        ["你好"],
-        ["Tom在哪儿?", "我不知道!"],
-    ]
+    theirs = json.loads(out.stdout)
+    assert theirs == [[s.strip() for s in sentences_of(text)] for text in texts]
+    assert [len(sentences) for sentences in theirs] == [1, 2, 2, 2, 1, 2, 2]
 
 
 @needs_libretranslate
