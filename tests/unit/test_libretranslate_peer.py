@@ -8,7 +8,9 @@ is missing: LibreTranslate is a benchmark peer, not part of `make test`'s instal
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 import subprocess
 import zipfile
 from pathlib import Path
@@ -152,7 +154,7 @@ def test_minisbd_with_the_standin_splits_where_our_server_does(tmp_path: Path) -
 @needs_libretranslate
 def test_libretranslate_serves_the_package_with_the_lengths_hook_live(package: Path, tmp_path: Path) -> None:
     setting = libretranslate_peer.SETTINGS["libretranslate-tuned"]
-    with libretranslate_peer.serve(setting, package, tmp_path, {"我们走吧。": 6}) as server:
+    with libretranslate_peer.serve(setting, package, tmp_path, {"我们走吧。": 11}) as server:
         languages = requests.get(server.url + "/languages", timeout=30).json()
         assert [language["code"] for language in languages] == ["en", "zh-Hans"]
         assert all("stand-in" in language["name"] for language in languages)
@@ -163,5 +165,8 @@ def test_libretranslate_serves_the_package_with_the_lengths_hook_live(package: P
         missed = server.missed_lengths()
     assert len(missed) == 1 and "汤姆不会同意的" in missed[0]  # the listed one was forced, silently
     log = server.log.read_text()
+    # Argos logs each batch it decoded at INFO (on as shipped): the listed text decoded 11 tokens.
+    decoded = [ast.literal_eval(rows) for rows in re.findall(r"hypotheses=(\[\[.*?\]\]), scores=", log)]
+    assert len(decoded) == 2 and len(decoded[0][0]) == 11
     # Nothing fetched: the package index is a local empty list, so the start-up update gives up.
     assert "Cannot update models" in log and "Downloading" not in log
