@@ -20,8 +20,8 @@ A benchmark peer, never a serving option. Three pieces, each cached under build/
   (ARGOS_PACKAGE_INDEX) is a local empty list, so LibreTranslate's start-up update finds nothing,
   says "Cannot update models (normal if you're offline)", and serves what is installed.
 
-Two settings (SETTINGS): as shipped (waitress 4 threads, CTranslate2 1 inter x 0 intra threads: the
-library picks, up to 4) and tuned for this 2-core host (CTranslate2 2 inter x 1 intra: two
+Two settings (SETTINGS): as shipped (waitress 4 threads, CTranslate2 1 inter x 0 intra threads: its
+own default, 4 OpenMP threads by its docs) and tuned for this 2-core host (CTranslate2 2 inter x 1 intra: two
 translations at once, one core each; waitress threads as shipped). Beam 4 is Argos's default
 (ARGOS_BEAM_SIZE), so the rung only runs at beam 4, against ours at beam 4.
 """
@@ -318,7 +318,8 @@ def describe(setting: LibreTranslateSetting, lengths: Mapping[str, int] | None) 
             "setting": setting.name,
             "waitress_threads": setting.threads or "default (4)",
             "ctranslate2_inter_threads": setting.inter_threads or "default (1)",
-            "ctranslate2_intra_threads": setting.intra_threads or "default (0: CTranslate2 picks)",
+            "ctranslate2_intra_threads": setting.intra_threads
+            or "default (0: CTranslate2's own, 4 by its docs)",
             "beam_size": f"default ({BEAMS})",
             "lengths": "reference lengths, forced by bench/libretranslate_launcher.py" if lengths else "free",
             "sentence_splitter": "stand-in MiniSBD model (bench/sbd_standin.py)",
