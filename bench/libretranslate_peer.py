@@ -16,9 +16,12 @@ A benchmark peer, never a serving option. Three pieces, each cached under build/
   install_from_path into a packages directory of the run's own (ARGOS_PACKAGES_DIR, XDG_* homes).
 - **Server**: `libretranslate --host 127.0.0.1 --port P --load-only zh,en` run through
   bench/libretranslate_launcher.py, whose one change forces each sentence to its reference length
-  (that module's docstring says exactly how). No model is ever downloaded: the package index
-  (ARGOS_PACKAGE_INDEX) is a local empty list, so LibreTranslate's start-up update finds nothing,
-  says "Cannot update models (normal if you're offline)", and serves what is installed.
+  (that module's docstring says exactly how). No model is ever downloaded: --update-models and
+  --force-update-models (LT_UPDATE_MODELS, LT_FORCE_UPDATE_MODELS) are off by default, but 1.9.6
+  still fetches the package index at start when fewer than two packages are installed
+  (libretranslate/init.py), so the index (ARGOS_PACKAGE_INDEX) is a local empty list: the update
+  finds nothing, says "Cannot update models (normal if you're offline)", and the installed package
+  serves.
 
 Two settings (SETTINGS): as shipped (waitress 4 threads, CTranslate2 1 inter x 0 intra threads: its
 own default, 4 OpenMP threads by its docs) and tuned for this 2-core host (CTranslate2 2 inter x 1 intra: two
