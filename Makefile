@@ -21,6 +21,7 @@ help:
 	@echo "make bench   quality, latency ladder, load and scheduler benchmarks, report with plots"
 	@echo "make layout  measure workers x threads x batch x row budget, print the winning model config"
 	@echo "make swap TO=1.0-fp32   zero-downtime switch of the default version"
+	@echo "make translate IN=corpus/ OUT=translated/ [ARGS='--beams 2']   batch prediction with the int8 archive on local Ray (docs/BATCH.md)"
 	@echo "make fleet   REPLICAS=2 TorchServe replicas behind nginx on 127.0.0.1:8090 (MODEL=...|tiny); make fleet-stop"
 	@echo "make image   build the image with podman: MODEL=<dir>, or MODEL=synthetic for a :standin image (the hub is unreachable here); make image-test builds, runs and stops it"
 
@@ -47,6 +48,12 @@ $(DEV): $(RUNTIME)
 
 venv: $(DEV)
 
+# Batch prediction's engine (Ray Data), apart from the runtime: the serving image never installs it.
+BATCH := $(VENV)/.batch
+$(BATCH): $(RUNTIME)
+	$(BIN)/pip install --quiet -e '.[batch]'
+	touch $@
+
 # TorchServe's frontend needs Java 17; install it where missing (Debian/Ubuntu, as root).
 java:
 	@command -v java >/dev/null 2>&1 && java -version 2>&1 | grep -q 'version "17' || { \
@@ -68,6 +75,12 @@ UNPACK ?= 0
 archives: $(RUNTIME)
 	$(BIN)/python -m archive.build --model $(MODEL) $(STRICT_FLAG) --out $(STORE)
 	$(if $(filter 1,$(UNPACK)),$(BIN)/python -m archive.unpack $(STORE))
+
+# Batch prediction (docs/BATCH.md): the int8 archive, the shipped defaults, local Ray.
+.PHONY: translate
+translate: archives $(BATCH)
+	@test -n '$(IN)' -a -n '$(OUT)' || { echo "make translate IN=<file, directory or glob> OUT=<directory>"; exit 2; }
+	$(BIN)/python -m batch translate '$(IN)' '$(OUT)' --archive $(STORE)/zh_en_int8.mar $(ARGS)
 
 # The launcher returns once the JVM is forked (--start) or signalled (--stop); a hung one is killed.
 LAUNCHER_TIMEOUT := timeout --kill-after=10
