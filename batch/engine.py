@@ -10,6 +10,7 @@ decoded beside, so the batch output equals the server's for the same text, byte 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -96,30 +97,57 @@ class UnitTranslator:
         self.decoding = SentenceDecoding(self.translator, cache, model_tag, InlineDriver(scheduler))
 
     def translate(self, units: Sequence[Unit]) -> list[UnitResult]:
-        """Each unit's translation (or its error), in the order given."""
+        """Each unit's translation (or its error), in the order given.
+
+        Each unit is planned alone (a refusal fails that unit only), then units of one format and
+        options decode as the texts of one request: SentenceDecoding decodes a sentence repeated
+        anywhere among them once, as it does within a request, and the sentence cache answers it in
+        later calls.
+        """
         results: dict[tuple[int, int], UnitResult] = {}
-        planned: dict[tuple[int, int], PlannedRequest] = {}
-        # Shortest first: the scheduler admits in arrival order, so rows of a step hold similar lengths.
+        groups: dict[tuple[TextFormat, int | None], list[tuple[Unit, PlannedRequest]]] = {}
+        # Shortest first: the scheduler admits in submission order, so a step's rows hold similar lengths.
         for unit in sorted(units, key=lambda unit: len(unit.text)):
-            key = (unit.file, unit.index)
             try:
-                planned[key] = plan_request(self._request(unit), self.translator, self.glossary)
+                planned = plan_request(self._request(unit), self.translator, self.glossary)
             except Refused as refusal:
-                results[key] = UnitResult(unit.file, unit.index, None, error=str(refusal))
-        for key, plan in planned.items():
-            self.decoding.open(key, plan)
-        self.decoding.collect(lambda: False, math.inf)
-        budget = self.translator.config.text_budget_ms / 1000
-        for key, plan in planned.items():
-            self.decoding.close(key)
-            try:
-                answer = render(plan, budget)[0]
-            except Refused as refusal:
-                results[key] = UnitResult(*key, None, error=str(refusal))
+                results[(unit.file, unit.index)] = UnitResult(unit.file, unit.index, None, error=str(refusal))
                 continue
-            alternatives = tuple(answer.alternatives or ())
-            results[key] = UnitResult(*key, answer.translation, alternatives, plan.count)
+            groups.setdefault((unit.text_format, unit.forced_tokens), []).append((unit, planned))
+        together = {key: _together([planned for _, planned in group]) for key, group in groups.items()}
+        for key, planned in together.items():
+            self.decoding.open(key, planned)
+        self.decoding.collect(lambda: False, math.inf)
+        for key, group in groups.items():
+            self.decoding.close(key)
+            for unit, result in zip(
+                (unit for unit, _ in group), self._render(together[key], group), strict=True
+            ):
+                results[(unit.file, unit.index)] = result
         return [results[(unit.file, unit.index)] for unit in units]
+
+    def _render(self, together: PlannedRequest, group: list[tuple[Unit, PlannedRequest]]) -> list[UnitResult]:
+        budget = self.translator.config.text_budget_ms / 1000
+        try:
+            answers = render(together, budget * len(group))
+        except Refused:  # one text past the text budget: render each alone to fail that one only
+            return [self._render_alone(unit, planned, budget) for unit, planned in group]
+        return [
+            UnitResult(
+                unit.file, unit.index, answer.translation, tuple(answer.alternatives or ()), planned.count
+            )
+            for (unit, planned), answer in zip(group, answers, strict=True)
+        ]
+
+    @staticmethod
+    def _render_alone(unit: Unit, planned: PlannedRequest, budget: float) -> UnitResult:
+        try:
+            answer = render(planned, budget)[0]
+        except Refused as refusal:
+            return UnitResult(unit.file, unit.index, None, error=str(refusal))
+        return UnitResult(
+            unit.file, unit.index, answer.translation, tuple(answer.alternatives or ()), planned.count
+        )
 
     def _request(self, unit: Unit) -> TranslationRequest:
         options = GenerationOptions(num_beams=self.options.beams, alternatives=self.options.alternatives)
@@ -130,3 +158,11 @@ class UnitTranslator:
         return TranslationRequest(
             (unit.text,), False, options, unit.text_format, glossary=self.options.glossary
         )
+
+
+def _together(plans: Sequence[PlannedRequest]) -> PlannedRequest:
+    """Planned one-text requests of one format and options as one request of many texts."""
+    first = plans[0].request
+    texts = tuple(text for planned in plans for text in planned.request.texts)
+    request = dataclasses.replace(first, texts=texts, as_list=True)
+    return PlannedRequest(request, [text for planned in plans for text in planned.texts])
