@@ -20,8 +20,10 @@ from batch.engine import Unit, UnitResult
 
 @dataclass(frozen=True)
 class ShardBudget:
-    max_chars: int = 20_000  # about one large server request's worth of text
-    max_units: int = 512
+    # Small enough that every actor gets several shards (and a killed job loses little), large enough
+    # that a shard fills the decoder's running batch (max_batch_rows) many times over.
+    max_chars: int = 5_000
+    max_units: int = 128
 
     def __post_init__(self) -> None:
         if self.max_chars < 1 or self.max_units < 1:
