@@ -47,7 +47,10 @@ def parser() -> argparse.ArgumentParser:
     translate.add_argument(
         "--engine", choices=("ray", "local"), default="ray", help="Ray Data (default) or this process only"
     )
-    translate.add_argument("--address", help="an existing Ray cluster's address (default: local Ray)")
+    translate.add_argument(
+        "--address",
+        help="an existing Ray cluster: HEAD:6379, or auto on one of its nodes (default: local Ray)",
+    )
     translate.add_argument("--actors", type=int, help="Ray actors (default: cluster CPUs / archive threads)")
     translate.add_argument(
         "--shard-chars", type=int, default=ShardBudget.max_chars, help="characters per shard"
@@ -76,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
                 summary = run_job(spec, RayEngine(spec.archive, spec.options, threads, args.actors))
     except (InputError, GlossaryFileError, FileNotFoundError, ValueError) as error:
         print(f"batch: {error}", file=sys.stderr)
+        return 2
+    except ConnectionError as error:  # ray.init(address=...) found no cluster there
+        print(f"batch: {error}; on a cluster node, --address auto finds the local one", file=sys.stderr)
         return 2
     return report(summary)
 
