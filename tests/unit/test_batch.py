@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -112,6 +113,16 @@ def test_a_bad_file_fails_alone_and_the_summary_names_file_and_line(
         "good.txt",
         "good.txt.batch.json",
     ]
+
+
+def test_ray_is_an_extra_the_serving_install_leaves_out() -> None:
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    assert not [dependency for dependency in project["dependencies"] if dependency.startswith("ray")]
+    assert project["optional-dependencies"]["batch"] == ["ray[data]==2.60.0"]
+    assert "zh-en-torchserve[batch]" in project["optional-dependencies"]["dev"]
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    assert "$(BIN)/pip install --quiet -e .\n" in makefile  # the runtime (make archives, the image)
+    assert "RUN make archives" in (REPO_ROOT / "Dockerfile").read_text()
 
 
 def test_shards_hold_similar_lengths_within_their_budget() -> None:
