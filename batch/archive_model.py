@@ -1,9 +1,10 @@
 """An archive as the batch job reads it: the same files, manifest and handler yaml TorchServe loads.
 
-A `.mar` is a zip that TorchServe extracts before loading; so do we, once per archive per host (a
-directory in the model store, as `archive.unpack` leaves it, is read in place). The handler config
-is the archive's own, with only the guards that protect an online worker from one request lifted
-(see `batch_config`): variant, decoder, threads, row budget and every per-sentence limit stay.
+A `.mar` is a zip that TorchServe extracts before loading; so do we, once per build of the archive,
+beside it (a directory in the model store, as `archive.unpack` leaves it, is read in place). The
+handler config is the archive's own, with only the guards that protect an online worker from one
+request lifted (see `batch_config`): variant, decoder, threads, row budget and every per-sentence
+limit stay.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import dataclasses
 import json
 import os
 import shutil
+import socket
 import tempfile
 import zipfile
 from dataclasses import dataclass
@@ -88,15 +90,31 @@ def open_archive(path: Path) -> ArchiveModel:
 
 
 def _extracted(mar: Path) -> Path:
-    """The archive extracted once per host under the temp directory, keyed by its size and mtime."""
+    """The archive extracted once beside itself (a read-only store: under the temp directory), keyed
+    by its size and mtime; extractions of an older build of it are removed."""
     if not mar.is_file():
         raise FileNotFoundError(f"no archive at {mar}; build it with `make archives`")
     stat = mar.stat()
-    target = Path(tempfile.gettempdir()) / "zh-en-batch" / f"{mar.stem}-{stat.st_size}-{stat.st_mtime_ns}"
-    if target.is_dir():
+    name = f".{mar.name}.extracted-{stat.st_size}-{stat.st_mtime_ns}"
+    for parent in (mar.parent, Path(tempfile.gettempdir())):
+        target = parent / name
+        if target.is_dir():
+            return target
+        try:
+            _extract(mar, target)
+        except OSError:
+            continue
+        for stale in parent.glob(f".{mar.name}.extracted-*"):
+            if not stale.name.startswith(target.name):  # not this build, nor its staging copies
+                shutil.rmtree(stale, ignore_errors=True)
         return target
-    # Actors on one host may extract at once: each into its own staging directory, the first rename wins.
-    staging = target.with_name(f".{target.name}.{os.getpid()}")
+    raise OSError(f"cannot extract {mar} beside it or under {tempfile.gettempdir()}")
+
+
+def _extract(mar: Path, target: Path) -> None:
+    # Actors on one host (or on one shared file system) may extract at once: each into its own
+    # staging directory, and the first rename wins.
+    staging = target.with_name(f"{target.name}.{socket.gethostname()}.{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     with zipfile.ZipFile(mar) as archive:
         archive.extractall(staging)
@@ -106,4 +124,3 @@ def _extracted(mar: Path) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         if not target.is_dir():
             raise
-    return target

@@ -113,6 +113,7 @@ def ray_session(address: str | None, cpus: int | None = None) -> Iterator[None]:
         paths = [str(REPO_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
         os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
         ray.init(
+            address="local",  # a new instance, never a cluster this host happens to run
             num_cpus=cpus or host_cpus(),
             object_store_memory=OBJECT_STORE_BYTES,
             include_dashboard=False,
