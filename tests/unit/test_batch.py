@@ -104,6 +104,7 @@ def test_a_bad_file_fails_alone_and_the_summary_names_file_and_line(
     assert translate([corpus, out, "--archive", int8_archive]) == 1
 
     errors = capsys.readouterr().err
+    assert "batch: 1/1 shards, 1 sentences," in errors and "sentences/s" in errors and "ETA" in errors
     assert "3 files failed" in errors
     assert f"{corpus / 'gbk.txt'}: line 2, byte 1: not UTF-8" in errors
     assert f"{corpus / 'broken.srt'}: not SRT: line 5: expected a cue" in errors
