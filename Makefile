@@ -22,6 +22,7 @@ help:
 	@echo "make libretranslate-peer   LibreTranslate 1.9.6 in its own venv under build/ with the stand-in as an Argos package: make bench's served peer"
 	@echo "make layout  measure workers x threads x batch x row budget, print the winning model config"
 	@echo "make swap TO=1.0-fp32   zero-downtime switch of the default version"
+	@echo "make translate IN=corpus/ OUT=translated/ [ARGS='--beams 2']   batch prediction with the int8 archive on local Ray (docs/BATCH.md)"
 	@echo "make fleet   REPLICAS=2 TorchServe replicas behind nginx on 127.0.0.1:8090 (MODEL=...|tiny); make fleet-stop"
 	@echo "             the fleet's front door serves the playground at / and the status page at /status"
 	@echo "make image   build the image with podman: MODEL=<dir>, or MODEL=synthetic for a :standin image (the hub is unreachable here); make image-test builds, runs and stops it"
@@ -48,6 +49,12 @@ $(DEV): $(RUNTIME)
 	touch $@
 
 venv: $(DEV)
+
+# Batch prediction's engine (Ray Data), apart from the runtime: the serving image never installs it.
+BATCH := $(VENV)/.batch
+$(BATCH): $(RUNTIME)
+	$(BIN)/pip install --quiet -e '.[batch]'
+	touch $@
 
 # TorchServe's frontend needs Java 17; install it where missing (Debian/Ubuntu, as root).
 java:
@@ -83,6 +90,12 @@ UNPACK ?= 0
 archives: $(RUNTIME)
 	$(BIN)/python -m archive.build --model $(MODEL) $(STRICT_FLAG) --out $(STORE)
 	$(if $(filter 1,$(UNPACK)),$(BIN)/python -m archive.unpack $(STORE))
+
+# Batch prediction (docs/BATCH.md): the int8 archive, the shipped defaults, local Ray.
+.PHONY: translate
+translate: archives $(BATCH)
+	@test -n '$(IN)' -a -n '$(OUT)' || { echo "make translate IN=<file, directory or glob> OUT=<directory>"; exit 2; }
+	$(BIN)/python -m batch translate '$(IN)' '$(OUT)' --archive $(STORE)/zh_en_int8.mar $(ARGS)
 
 # The launcher returns once the JVM is forked (--start) or signalled (--stop); a hung one is killed.
 LAUNCHER_TIMEOUT := timeout --kill-after=10
