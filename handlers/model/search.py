@@ -202,7 +202,7 @@ class BeamCohort(_CohortState):
         caps, minimums = (x.repeat_interleave(rows_per_sentence) for x in (self.caps, self.minimums))
         self.vocabulary.constrain(log_probs, self.generated, caps, minimums)
         log_probs = log_probs.view(self.sentences, rows_per_sentence, -1)
-        origins = self._extend(log_probs.expand(-1, self.beams, -1))
+        origins = self._extend(log_probs)
         self.generated += 1
         done, keep = self._finish_sentences()
         rows = (keep[:, None] * rows_per_sentence + origins[keep] * (rows_per_sentence > 1)).flatten()
@@ -211,12 +211,20 @@ class BeamCohort(_CohortState):
         return done
 
     def _extend(self, log_probs: torch.Tensor) -> torch.Tensor:
-        """One step for every sentence; returns each new running beam's origin beam."""
-        sentences, beams, vocab = log_probs.shape
-        candidates = (log_probs + self.running_scores[:, :, None]).reshape(sentences, -1)
+        """One step for every sentence; returns each new running beam's origin beam.
+
+        log_probs: (sentences, rows, vocabulary), one row per beam (one for all beams at the first
+        step). A sentence's best 2 x beams candidates are among each row's own best 2 x beams (adding
+        the beam's score keeps a row's order), so top-k runs per row and then over those few: the
+        scores are the same sums generate() makes over the whole vocabulary of every beam.
+        """
+        sentences, beams = log_probs.shape[0], self.beams
+        row_scores, row_columns = torch.topk(log_probs, k=2 * beams, dim=-1)
+        row_scores, row_columns = (x.expand(-1, beams, -1) for x in (row_scores, row_columns))
+        candidates = (row_scores + self.running_scores[:, :, None]).reshape(sentences, -1)
         top_scores, top_index = torch.topk(candidates, k=2 * beams)
-        origin, columns = top_index // vocab, top_index % vocab
-        tokens = self.vocabulary.ids[columns]
+        origin = top_index // (2 * beams)
+        tokens = self.vocabulary.ids[row_columns.reshape(sentences, -1).gather(1, top_index)]
         sequences = torch.cat([_gather(self.running, origin), tokens[:, :, None]], dim=2)
         hits = (tokens == self.rules.eos) | (self.caps <= self.generated + 1)[:, None]
 
