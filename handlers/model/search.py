@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 
 from handlers.model.cross_attention import CrossMemory
+from handlers.model.self_attention_cache import LayerCache
 
 NEG = -1.0e9  # generate()'s "never pick this" score, added the same way so sums round the same
-KeyValues = tuple[torch.Tensor, torch.Tensor]
 # (owner, its finished hypotheses' generated ids, best first) of each sentence that ended this step:
 # a beam search keeps up to `beams` of them (the next-best are a request's alternatives), greedy one.
 Finished = list[tuple[Any, list[list[int]]]]
@@ -104,7 +104,7 @@ class Cohort(RunningCohort, Protocol):
     """What FastDecoder.step needs of a cohort, and what the step gives back to it."""
 
     cross: CrossMemory
-    cache: list[KeyValues]  # per decoder layer, this cohort's rows only
+    cache: list[LayerCache]  # per decoder layer, this cohort's rows only
     generated: int  # new tokens so far: the position of this step
 
     @property
@@ -127,7 +127,7 @@ class _CohortState:
         self, vocabulary: Vocabulary, owners: Sequence[Any], cross: CrossMemory, limits: Sequence[RowLimits]
     ) -> None:
         self.vocabulary, self.cross, self.generated = vocabulary, cross, 0
-        self.cache: list[KeyValues] = []
+        self.cache: list[LayerCache] = []
         self.owners = list(owners)
         self.caps = torch.tensor([limit.max_new_tokens for limit in limits])
         self.minimums = torch.tensor([limit.min_new_tokens for limit in limits])
@@ -168,7 +168,8 @@ class GreedyCohort(_CohortState):
         self.results = [self.results[i] for i in rows]
         self.caps, self.minimums, self._tokens = self.caps[keep], self.minimums[keep], tokens[keep]
         self.cross = self.cross.keep(keep)
-        self.cache[:] = [(k.index_select(0, keep), v.index_select(0, keep)) for k, v in self.cache]
+        for layer in self.cache:
+            layer.select(keep)
         return done
 
 
@@ -206,7 +207,8 @@ class BeamCohort(_CohortState):
         self.generated += 1
         done, keep = self._finish_sentences()
         rows = (keep[:, None] * rows_per_sentence + origins[keep] * (rows_per_sentence > 1)).flatten()
-        self.cache[:] = [(k.index_select(0, rows), v.index_select(0, rows)) for k, v in self.cache]
+        for layer in self.cache:
+            layer.select(rows)
         self._tokens = self.running[:, :, -1].flatten()
         return done
 
