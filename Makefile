@@ -19,6 +19,7 @@ help:
 	@echo "make soak    minutes of load, swaps and faults on real servers; make bench-check: the bench harness's smoke runs"
 	@echo "make fuzz    the text stages' worst inputs (adversarial + Hypothesis): bench/results/fuzz.json, fails over budget"
 	@echo "make bench   quality, latency ladder, load and scheduler benchmarks, report with plots"
+	@echo "make libretranslate-peer   LibreTranslate 1.9.6 in its own venv under build/ with the stand-in as an Argos package: make bench's served peer"
 	@echo "make layout  measure workers x threads x batch x row budget, print the winning model config"
 	@echo "make swap TO=1.0-fp32   zero-downtime switch of the default version"
 	@echo "make fleet   REPLICAS=2 TorchServe replicas behind nginx on 127.0.0.1:8090 (MODEL=...|tiny); make fleet-stop"
@@ -92,6 +93,13 @@ bench: archives java $(DEV)
 
 bench-quick: archives java $(DEV)
 	$(BIN)/python -m bench.run_all --quick
+
+# LibreTranslate 1.9.6 in its own venv under build/libretranslate and the stand-in as an Argos package,
+# cached: the served peer of `python -m bench.run_all --loads int8:4:100 libretranslate:4:100
+# libretranslate-tuned:4:100` (bench/libretranslate_peer.py). Not part of make test.
+.PHONY: libretranslate-peer
+libretranslate-peer: $(DEV)
+	$(BIN)/python -m bench.libretranslate_peer --prepare
 
 # One fresh TorchServe per point (its own archive from MODEL); about 13 minutes on 2 cores. A finished
 # study kept as a tool (bench/studies/README.md); writes bench/studies/results/layout.{json,md,png}.

@@ -55,9 +55,14 @@ class LoadSpec:
     document_sentences: int = 40
     # Seconds between one single-sentence user's requests (0: saturation, the next at once).
     pace_seconds: float = 0.0
+    # "zh_en": our inference API; "libretranslate": LibreTranslate's POST /translate, as its clients
+    # send it (bench.libretranslate_peer: that server forces the lengths itself).
+    api: str = "zh_en"
 
     @property
     def path(self) -> str:
+        if self.api == "libretranslate":
+            return "/translate"
         return "/predictions/zh_en" + (f"/{self.version}" if self.version else "")
 
 
@@ -90,6 +95,7 @@ def run_load(
             "ZH_EN_DOCUMENT_USERS": str(spec.document_users),
             "ZH_EN_DOCUMENT_SENTENCES": str(spec.document_sentences),
             "ZH_EN_PACE_SECONDS": str(spec.pace_seconds),
+            "ZH_EN_API": spec.api,
         }
         lengths = "stand-in: reference lengths" if identity["standin"] else "real model"
         say(
@@ -144,6 +150,8 @@ def _locust_command(spec: LoadSpec, prefix: Path) -> list[str]:
 
 
 def _probe(spec: LoadSpec) -> dict[str, Any]:
+    if spec.api == "libretranslate":
+        return _probe_libretranslate(spec)
     key = read_key(spec.key_file, "inference")
     response = requests.post(
         spec.host + spec.path,
@@ -155,6 +163,32 @@ def _probe(spec: LoadSpec) -> dict[str, Any]:
         raise SystemExit(f"probe request failed: {response.status_code} {response.text[:300]}")
     body = response.json()
     return {key: body.get(key) for key in ("model", "version", "variant", "decoder", "standin")}
+
+
+def _probe_libretranslate(spec: LoadSpec) -> dict[str, Any]:
+    """The identity fields ours answer with, from LibreTranslate's /languages (a stand-in package's
+    names say so: bench.libretranslate_peer)."""
+    body = {"q": "你好。", "source": "zh", "target": "en", "format": "text"}
+    response = requests.post(spec.host + spec.path, json=body, timeout=120)
+    if response.status_code != 200 or "translatedText" not in response.json():
+        raise SystemExit(f"probe request failed: {response.status_code} {response.text[:300]}")
+    languages = requests.get(spec.host + "/languages", timeout=30).json()
+    standin = any("stand-in" in language.get("name", "") for language in languages)
+    return {
+        "model": "libretranslate",
+        "version": None,
+        "variant": "argos",
+        "decoder": "ctranslate2",
+        "standin": standin,
+    }
+
+
+def reference_lengths(count: int, model_dir: Path | None) -> dict[str, int]:
+    """Source text -> reference tokens for the `count` sentences a load run draws from."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir or load_model_dir("synthetic"))
+    return {s.source: s.reference_tokens for s in sample_sentences(tokenizer, count)}
 
 
 def _write_sentences(path: Path, count: int, model_dir: Path | None) -> None:

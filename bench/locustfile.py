@@ -21,6 +21,8 @@ OPTIONS: dict[str, int] = json.loads(os.environ.get("ZH_EN_OPTIONS", "{}"))
 # On the stand-in, force each output to its reference's token length so decode work is realistic.
 FORCE_LENGTHS = os.environ.get("ZH_EN_FORCE_LENGTHS") == "1"
 MAX_REQUESTS = int(os.environ.get("ZH_EN_MAX_REQUESTS", "0"))
+# "libretranslate": LibreTranslate's POST /translate body and answer; its server forces the lengths.
+LIBRETRANSLATE = os.environ.get("ZH_EN_API") == "libretranslate"
 sent = 0
 
 
@@ -73,6 +75,13 @@ class Translator(FastHttpUser):  # type: ignore[misc]
             self.environment.runner.quit()
             return
         sentence = random.choice(SENTENCES)
+        if LIBRETRANSLATE:
+            _post(
+                self,
+                {"q": sentence["source"], "source": "zh", "target": "en", "format": "text"},
+                ("translatedText",),
+            )
+            return
         body: dict[str, Any] = {"text": sentence["source"], **OPTIONS}
         if FORCE_LENGTHS:
             body["min_new_tokens"] = body["max_new_tokens"] = sentence["tokens"]

@@ -10,6 +10,8 @@ runs cold.
     python -m bench.run_all            # the full-size model (minutes)
     python -m bench.run_all --quick    # smoke run: a few sentences, short loads
     python -m bench.run_all --loads int8:4:100 int8-generate:4:100   # only these Locust runs
+    python -m bench.run_all --loads int8:4:100 libretranslate:4:100 libretranslate-tuned:4:100
+        # ours beside LibreTranslate as shipped and tuned (bench.libretranslate_peer; beam 4 only)
 
 Every step prints progress to stderr; results land in bench/results/ (or --results-dir).
 """
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from archive.build import MODEL_NAME
-from bench import bleu, latency, mixed, report
+from bench import bleu, latency, libretranslate_peer, mixed, report
 from bench.cli import BenchCli, Progress
 from bench.common import CACHE_OFF, DEFAULT_MODEL, SCHEDULERS, archive_with
 from bench.load import LoadSpec, run_load
@@ -52,6 +54,9 @@ FULL = Plan(
         ("fp32", 4, 100),
         ("int8-generate", 1, 100),
         ("int8-generate", 4, 100),
+        # The served peer (issue 27): LibreTranslate as shipped and tuned, at its beam 4.
+        ("libretranslate", 4, 100),
+        ("libretranslate-tuned", 4, 100),
     ],
     duration="30s",
     mixed_args=[],
@@ -68,6 +73,8 @@ QUICK = Plan(
     ],
 )
 SERVERS = ("int8", "fp32", "int8-generate")
+# Served peers, after ours in the same run: LibreTranslate as shipped and tuned, at its beam 4.
+PEERS = tuple(libretranslate_peer.SETTINGS)
 STEPS = 5
 say = Progress("run_all")
 
@@ -130,13 +137,23 @@ def run_loads(
                         label=f"load-{name}-{'greedy' if beams == 1 else f'beam{beams}'}-u{users}",
                     )
                     run_load(spec, results, model_dir, command)
+    for name in PEERS:
+        for server_name, _, users in loads:
+            if server_name == name:
+                setting = libretranslate_peer.SETTINGS[name]
+                try:
+                    libretranslate_peer.run_peer_load(setting, users, duration, model_dir, results, command)
+                except libretranslate_peer.PeerUnavailable as error:  # our figures stand without it
+                    say(f"LEFT OUT {name} (no result written): {error}")
 
 
 def parse_load(text: str) -> tuple[str, int, int]:
     """SERVER:BEAMS:USERS, e.g. int8:4:100."""
     name, beams, users = text.split(":")
-    if name not in SERVERS:
-        raise argparse.ArgumentTypeError(f"{name!r} is not one of {', '.join(SERVERS)}")
+    if name not in SERVERS + PEERS:
+        raise argparse.ArgumentTypeError(f"{name!r} is not one of {', '.join(SERVERS + PEERS)}")
+    if name in PEERS and int(beams) != libretranslate_peer.BEAMS:
+        raise argparse.ArgumentTypeError(f"{name} runs at its default beam {libretranslate_peer.BEAMS} only")
     return name, int(beams), int(users)
 
 

@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str | None, bool, bool]] = {
     "faults": (DEFAULT_MODEL, False, False),
     "fleet_faults": (None, False, False),
     "latency": (DEFAULT_MODEL, False, True),
+    "libretranslate_peer": ("synthetic", False, True),  # `make libretranslate-peer`
     "load": (None, False, True),
     "mixed": ("synthetic", False, True),
     "profile": ("synthetic", False, True),
