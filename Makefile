@@ -23,6 +23,7 @@ help:
 	@echo "make layout  measure workers x threads x batch x row budget, print the winning model config"
 	@echo "make swap TO=1.0-fp32   zero-downtime switch of the default version"
 	@echo "make fleet   REPLICAS=2 TorchServe replicas behind nginx on 127.0.0.1:8090 (MODEL=...|tiny); make fleet-stop"
+	@echo "             the fleet's front door serves the playground at / and the status page at /status"
 	@echo "make image   build the image with podman: MODEL=<dir>, or MODEL=synthetic for a :standin image (the hub is unreachable here); make image-test builds, runs and stops it"
 
 # torch's CPU build. On x86_64 the public index's plain `torch` is the CUDA build (several GB of
@@ -63,6 +64,19 @@ nginx:
 	  echo "installing nginx and libnginx-mod-http-js"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx libnginx-mod-http-js >/dev/null; }
 
+# The playground's browser tests (tests/e2e/test_playground.py): Debian's headless Chromium, driven by
+# Playwright's Python package (never `playwright install`), and a CJK font so screenshots show Chinese.
+.PHONY: chromium screenshots
+chromium:
+	@test -x /usr/bin/chromium && fc-list :lang=zh 2>/dev/null | grep -q . || { \
+	  command -v apt-get >/dev/null || { echo "make: install chromium (at /usr/bin/chromium) and a CJK font"; exit 1; }; \
+	  echo "installing chromium and fonts-wqy-microhei"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-wqy-microhei >/dev/null; }
+
+# docs/playground.png and docs/status.png, from the browser tests on a real front door.
+screenshots: $(DEV) java nginx chromium
+	PLAYGROUND_SCREENSHOTS=docs $(BIN)/python -m pytest -q tests/e2e/test_playground.py
+
 # UNPACK=1 (the image): each archive becomes a directory of the same name, their shared weights one
 # file (archive/unpack.py); TorchServe serves it in place, `--models zh_en_int8.mar` unchanged.
 UNPACK ?= 0
@@ -85,7 +99,7 @@ lint: $(DEV)
 	$(BIN)/mypy
 	$(BIN)/hadolint Dockerfile
 
-test: lint java nginx
+test: lint java nginx chromium
 	$(BIN)/python -m pytest -q --durations=15
 
 bench: archives java $(DEV)

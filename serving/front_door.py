@@ -15,13 +15,13 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import requests
 
 from serving.fleet_keys import KeyStore
-from serving.nginx_conf import FrontDoorConfig, FrontDoorPaths, render, write_upstreams
+from serving.nginx_conf import FrontDoorConfig, FrontDoorPaths, render, write_status_targets, write_upstreams
 from serving.processes import command_line, process_alive, wait_gone
 
 
@@ -51,11 +51,15 @@ class FrontDoor:
     def keys(self) -> KeyStore:
         return KeyStore(self.paths.keys)
 
-    def configure(self, ports: Sequence[int]) -> None:
-        """Render the config for these replica ports and check it; start() or reload() applies it."""
+    def configure(self, ports: Sequence[int], metrics_ports: Mapping[str, int] | None = None) -> None:
+        """Render the config for these replica ports and check it; start() or reload() applies it.
+
+        `metrics_ports` (replica name -> metrics port) feeds the status page; none: it lists no replica.
+        """
         render(self.config, self.paths)
         self.keys.ensure()
         write_upstreams(self.paths, ports, self.config)
+        write_status_targets(self.paths, metrics_ports or {})
         self._nginx("-t")
 
     def master_pid(self) -> int | None:

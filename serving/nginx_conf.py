@@ -12,15 +12,17 @@ import hashlib
 import os
 import pwd
 import re
+import shutil
 import stat
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from serving.files import write_atomically
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "deploy" / "nginx"
+SITE_SOURCE_DIR = TEMPLATE_DIR.parent / "site"  # the playground and status pages, served as they are
 JS_MODULE_DIRS = ("/usr/lib/nginx/modules", "/usr/share/nginx/modules", "/etc/nginx/modules")
 WORKER_USERS = ("www-data", "nginx", "nobody")
 
@@ -118,6 +120,15 @@ class FrontDoorPaths:
     def stage_socket(self) -> Path:
         return self.worker_dir / "libretranslate.sock"
 
+    @property
+    def site_dir(self) -> Path:
+        """The pages' copy, beside the workers: they must read it, and may not reach the repository."""
+        return self.worker_dir / "site"
+
+    @property
+    def status_targets(self) -> Path:
+        return self.conf_dir / "status_targets.conf"
+
 
 def render(config: FrontDoorConfig, paths: FrontDoorPaths, template_dir: Path = TEMPLATE_DIR) -> None:
     """Write every template into `paths.conf_dir` with its placeholders filled."""
@@ -151,6 +162,8 @@ def render(config: FrontDoorConfig, paths: FrontDoorPaths, template_dir: Path = 
         # The gate waits for the stage's whole answer: every try on a replica, then the last read.
         "STAGE_TIMEOUT_S": str(config.retry_window_s + config.read_timeout_s),
         "WORKER_DIR": str(paths.worker_dir),
+        "SITE_DIR": str(paths.site_dir),
+        "STATUS_TARGETS_FILE": str(paths.status_targets),
         "REAL_IP": _real_ip(config.trusted_networks),
     }
     for sub in (paths.conf_dir, paths.logs, paths.run_dir / "tmp"):
@@ -162,6 +175,7 @@ def render(config: FrontDoorConfig, paths: FrontDoorPaths, template_dir: Path = 
             raise KeyError(f"{template}: no value for placeholder(s) {sorted(unknown)}")
         text = re.sub(r"@@([A-Z_]+)@@", lambda match: values[match.group(1)], text)
         (paths.conf_dir / template.name).write_text(text)
+    _copy_site(paths.site_dir)
 
 
 def write_upstreams(paths: FrontDoorPaths, ports: Sequence[int], config: FrontDoorConfig) -> None:
@@ -172,6 +186,28 @@ def write_upstreams(paths: FrontDoorPaths, ports: Sequence[int], config: FrontDo
     write_atomically(
         paths.upstreams, "# written by serving.fleet: one line per replica\n" + "\n".join(lines) + "\n"
     )
+
+
+def write_status_targets(paths: FrontDoorPaths, metrics_ports: Mapping[str, int]) -> None:
+    """Each replica's name and metrics port, for the status route (front_door.js, status())."""
+    for name in metrics_ports:
+        if not re.fullmatch(r"[\w-]+", name):
+            raise ValueError(f"a replica name must be letters, digits, _ or -, got {name!r}")
+    targets = " ".join(f"{name}:{port}" for name, port in metrics_ports.items())
+    write_atomically(
+        paths.status_targets,
+        "# written by serving.fleet: replica name and metrics port\n" + f'set $status_targets "{targets}";\n',
+    )
+
+
+def _copy_site(site_dir: Path) -> None:
+    """deploy/site/ as it is, readable by the workers (their directory is theirs: 0700)."""
+    site_dir.mkdir(exist_ok=True)
+    site_dir.chmod(0o755)
+    for page in sorted(SITE_SOURCE_DIR.iterdir()):
+        if page.is_file():
+            shutil.copyfile(page, site_dir / page.name)
+            (site_dir / page.name).chmod(0o644)
 
 
 def js_module() -> Path:

@@ -126,7 +126,7 @@ class Fleet:
 
     def start_door(self) -> None:
         """Render the front door's config for the current replicas, start nginx, wait for /healthz."""
-        self.door.configure(self._ports())
+        self.door.configure(self._ports(), self._metrics_ports())
         self.door.start()
         self.door.wait_healthy()
 
@@ -139,7 +139,10 @@ class Fleet:
 
     def reload(self, leave_out: str | None = None) -> None:
         """Re-render nginx's config from the templates, replicas (but `leave_out`) and keys; apply it."""
-        self.door.configure([spec.ports.inference for spec in self.state.replicas if spec.name != leave_out])
+        self.door.configure(
+            [spec.ports.inference for spec in self.state.replicas if spec.name != leave_out],
+            self._metrics_ports(),  # every replica, left out or not: the status page shows whether it answers
+        )
         self.door.reload()
 
     # One replica
@@ -224,6 +227,9 @@ class Fleet:
 
     def _ports(self) -> list[int]:
         return [spec.ports.inference for spec in self.state.replicas]
+
+    def _metrics_ports(self) -> dict[str, int]:
+        return {spec.name: spec.ports.metrics for spec in self.state.replicas}
 
     def _save(self, state: FleetState) -> None:
         self.state = state

@@ -1,5 +1,6 @@
 // njs for nginx.conf: the things plain nginx directives cannot do.
 const crypto = require('crypto');
+const fs = require('fs');
 const querystring = require('querystring');
 
 // $key_digest: the SHA-256 (hex) of the client's key, or "" without one. keys.map lists digests, so
@@ -213,4 +214,98 @@ function partField(head) {
     return {name: undefined, file: false};
 }
 
-export default { digest, healthy, libretranslate };
+// GET /status/metrics (site.conf, keyed): what the status page plots, as JSON. Each replica's
+// Prometheus text comes from its metrics port (loopback, never routed to clients) and is boiled
+// down to a few numbers; latency comes from the front door's own log of answered translations
+// (TorchServe exports latency only as a running sum, so no percentile can be read from it).
+const STATUS_WINDOW_S = 10;  // latency percentiles and requests/s over this many seconds
+const LATENCY_TAIL_BYTES = 256 * 1024;  // the log's tail read per call: about 10,000 requests
+const REPLICA_NUMBERS = {
+    ts_inference_requests_total: 'requests',
+    SentenceCacheHits: 'cache_hits',
+    SentenceCacheMisses: 'cache_misses',
+    QueuedSentences: 'queued_sentences',
+    RunningRows: 'running_rows',
+};
+
+async function status(r) {
+    const targets = (r.variables.status_targets || '').split(' ').filter(Boolean);
+    const replicas = await Promise.all(targets.map((target) => replicaStatus(r, target)));
+    r.headersOut['Content-Type'] = 'application/json';
+    r.headersOut['Cache-Control'] = 'no-store';
+    const body = {time: Date.now() / 1000, window_s: STATUS_WINDOW_S,
+                  front_door: latency(r.variables.latency_log), replicas: replicas};
+    r.return(200, JSON.stringify(body) + '\n');
+}
+
+// "r1:12345" (name, metrics port) -> {name, up, requests, cache_hits, ..., workers}, through the
+// internal location /_replica_metrics/<port> (site.conf). A subrequest rather than ngx.fetch: njs
+// 0.7's fetch waits for the connection to close, and TorchServe keeps it open.
+async function replicaStatus(r, target) {
+    const name = target.slice(0, target.indexOf(':'));
+    const port = target.slice(target.indexOf(':') + 1);
+    try {
+        const reply = await r.subrequest(`/_replica_metrics/${port}`, {method: 'GET'});
+        return reply.status === 200 ? Object.assign({name: name, up: true}, prometheusNumbers(reply.responseText))
+                                    : {name: name, up: false};
+    } catch (e) {
+        return {name: name, up: false};
+    }
+}
+
+// Sums each wanted metric over its series; counts the workers that have loaded (one WorkerLoadTime
+// series per worker name). One pass, one split per line: no pattern runs over the text.
+function prometheusNumbers(text) {
+    const numbers = {workers: 0};
+    Object.values(REPLICA_NUMBERS).forEach((key) => { numbers[key] = 0; });
+    text.split('\n').forEach((line) => {
+        if (!line || line[0] === '#') {
+            return;
+        }
+        const brace = line.indexOf('{');
+        const space = line.lastIndexOf(' ');
+        const metric = line.slice(0, brace < 0 ? space : brace);
+        const value = Number(line.slice(space + 1));
+        if (metric === 'WorkerLoadTime') {
+            numbers.workers += 1;
+        } else if (REPLICA_NUMBERS[metric] !== undefined && isFinite(value)) {
+            numbers[REPLICA_NUMBERS[metric]] += value;
+        }
+    });
+    return numbers;
+}
+
+// The latency log (nginx.conf: "<msec> <request_time>" per answered translation): requests and
+// p50/p95 in ms over the last STATUS_WINDOW_S seconds, from the file's tail.
+function latency(path) {
+    const since = Date.now() / 1000 - STATUS_WINDOW_S;
+    let text = '';
+    try {
+        const fd = fs.openSync(path, 'r');
+        try {
+            const size = fs.fstatSync(fd).size;
+            const length = Math.min(size, LATENCY_TAIL_BYTES);
+            const buffer = Buffer.alloc(length);
+            fs.readSync(fd, buffer, 0, length, size - length);
+            text = buffer.toString();
+        } finally {
+            fs.closeSync(fd);
+        }
+    } catch (e) {
+        return {requests: 0, p50_ms: null, p95_ms: null};
+    }
+    const times = [];
+    text.split('\n').forEach((line) => {
+        const fields = line.split(' ');
+        const at = fields[0];
+        const seconds = fields[1];
+        if (Number(at) >= since && isFinite(Number(seconds))) {
+            times.push(Number(seconds) * 1000);
+        }
+    });
+    times.sort((a, b) => a - b);
+    const rank = (q) => (times.length ? times[Math.min(times.length - 1, Math.floor(q * times.length))] : null);
+    return {requests: times.length, p50_ms: rank(0.5), p95_ms: rank(0.95)};
+}
+
+export default { digest, healthy, libretranslate, status };

@@ -59,6 +59,9 @@ NOT_ROUTED = [
     ("GET", "/predictions/zh_en"),
     ("PUT", "/predictions/zh_en"),
     ("POST", "/healthz"),
+    ("POST", "/status"),
+    ("GET", "/site/key_file.json"),
+    ("GET", "/_replica_metrics/8082"),
 ]
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from serving.front_door import FrontDoor
-from serving.nginx_conf import FrontDoorConfig, FrontDoorPaths, render
+from serving.nginx_conf import SITE_SOURCE_DIR, FrontDoorConfig, FrontDoorPaths, render, write_status_targets
 
 # Every number distinct, so each must come from its own field to appear.
 CONFIG = FrontDoorConfig(
@@ -70,6 +70,28 @@ def test_every_placeholder_is_filled_and_nginx_accepts_the_config(reachable_dir:
     assert (
         "set_real_ip_from" not in text.split("server {")[1].split("server {")[0]
     )  # no balancer: none trusted
+
+
+def test_the_pages_and_the_status_targets_are_where_the_workers_read_them(reachable_dir: Path) -> None:
+    door = FrontDoor(FrontDoorPaths(reachable_dir), CONFIG)
+    door.configure([18091, 18092], {"r1": 18093, "r2": 18094})
+    text = rendered(door.paths)
+    assert 'set $status_targets "r1:18093 r2:18094";' in text
+    assert f"root {door.paths.site_dir};" in text
+    assert "script-src 'self'" in text and "unsafe-inline" not in text
+    pages = sorted(page.name for page in SITE_SOURCE_DIR.iterdir())
+    assert {"index.html", "status.html", "playground.js", "status.js", "key.js", "site.css"} <= set(pages)
+    for name in pages:
+        copy = door.paths.site_dir / name
+        assert copy.read_bytes() == (SITE_SOURCE_DIR / name).read_bytes()
+        assert copy.stat().st_mode & 0o777 == 0o644
+    door.configure([18091])  # no metrics ports: the status page lists no replica
+    assert 'set $status_targets "";' in rendered(door.paths)
+
+
+def test_a_replica_name_that_could_break_out_of_the_status_targets_is_refused(reachable_dir: Path) -> None:
+    with pytest.raises(ValueError, match="replica name"):
+        write_status_targets(FrontDoorPaths(reachable_dir), {'r1"; return 200 "x': 18093})
 
 
 def test_a_load_balancers_addresses_are_trusted_for_the_client_address(reachable_dir: Path) -> None:
