@@ -299,7 +299,7 @@ def run_peer_load(
             label=label,
             api="libretranslate",
         )
-        summary = run_load(spec, results, model_dir, command)
+        summary = run_load(spec, results, model_dir, command, serving_pids=lambda: [server.process.pid])
         missed = server.missed_lengths(ignore=("你好。",))  # bench.load's probe
     if missed:
         raise RuntimeError(

@@ -22,6 +22,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ import requests
 
 from bench.cli import BenchCli, Progress
 from bench.common import RESULTS_DIR, load_model_dir, sample_sentences, write_result
+from bench.process_memory import host_memory_mb
 from serving.client import read_key
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
@@ -71,10 +73,13 @@ def run_load(
     results_dir: Path = RESULTS_DIR,
     model_dir: Path | None = None,
     command: str | None = None,
+    serving_pids: Callable[[], Sequence[int]] | None = None,
 ) -> dict[str, Any]:
     """Run Locust headless against `spec.host`; return (and write) the summary.
 
     `command` signs the result: the bench command that ran this load (default: this process's).
+    `serving_pids`: the server's processes, whose memory (with their children) is read the moment
+    the load ends, while everything the load grew is still held.
     """
     if urlparse(spec.host).hostname not in LOOPBACK:
         raise SystemExit(f"bench.load only targets this machine (127.0.0.1/localhost), not {spec.host}")
@@ -103,6 +108,7 @@ def run_load(
             f"{identity['version']} ({lengths})"
         )
         subprocess.run(_locust_command(spec, prefix), env=env, check=False, stdout=subprocess.DEVNULL)
+    memory = {"host_memory": host_memory_mb(serving_pids())} if serving_pids is not None else {}
     summary = {
         **_aggregated(Path(f"{prefix}_stats.csv")),
         **({"by_name": _by_name(Path(f"{prefix}_stats.csv"))} if spec.document_users else {}),
@@ -111,6 +117,7 @@ def run_load(
         "duration": spec.duration,
         "num_beams": spec.num_beams,
         **identity,
+        **memory,
         "csv": [
             str(path.relative_to(results_dir)) for path in sorted(results_dir.glob(f"{spec.label}_*.csv"))
         ],

@@ -6,6 +6,7 @@ sweep (every worker of a point).
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
@@ -58,3 +59,22 @@ def workers_memory(pids: Sequence[int]) -> dict[str, Any]:
         figures["private_mb_total"] = sum(w["private_mb"] for w in workers)
     peaks = [peak for pid in pids if (peak := peak_mb(pid)) is not None]
     return {**figures, "peak_mb": max(peaks, default=None), "workers": len(workers)}
+
+
+def host_memory_mb(pids: Sequence[int]) -> dict[str, int]:
+    """What serving processes cost the host together: `pids` and every descendant (a step worker's
+    partitions), as PSS summed (each shared page split among the processes that map it, so a
+    model's weights shared by fork or by a file count once) and USS (pages one process alone holds).
+    """
+    processes: dict[int, psutil.Process] = {}
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            root = psutil.Process(pid)
+            for process in [root, *root.children(recursive=True)]:
+                processes[process.pid] = process
+    pss = uss = 0
+    for process in processes.values():
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            info = process.memory_full_info()
+            pss, uss = pss + info.pss, uss + info.uss
+    return {"pss_mb": round(pss / 2**20), "uss_mb": round(uss / 2**20), "processes": len(processes)}

@@ -111,16 +111,22 @@ def _save(figure: Any, path: Path, result: dict[str, Any]) -> Path:
 def load_table(loads: list[dict[str, Any]]) -> str:
     lines = [
         "| variant | decoder | decoding | users | requests | failed | req/s | p50 ms | p95 ms | p99 ms "
-        "| date |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| host memory, MB | date |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in loads:
         lines.append(
             f"| {r['variant']} | {r.get('decoder') or '-'} | {decode_name(r['num_beams'])} | {r['users']} "
             f"| {r['requests']} | {r['failures']} | {r['rps']} | {r['p50_ms']:.0f} | {r['p95_ms']:.0f} "
-            f"| {r['p99_ms']:.0f} | {r['date']} |"
+            f"| {r['p99_ms']:.0f} | {host_memory(r)} | {r['date']} |"
         )
     return "\n".join(lines)
+
+
+def host_memory(load: dict[str, Any]) -> str:
+    """PSS of the server's processes as the load ended (bench.process_memory.host_memory_mb)."""
+    memory = load.get("host_memory")
+    return "-" if not memory else f"{memory['pss_mb']} ({memory['processes']} processes)"
 
 
 def decode_name(beams: int | None) -> str:
@@ -204,7 +210,10 @@ def write_readme(results: dict[str, dict[str, Any]], plots: list[Path], out: Pat
             "## Load (Locust, headless, users send without waiting)",
             "",
             f"{commands(loads)}, one server "
-            "per variant, laid out as its config/zh_en_*.yaml ships (docs/SCHEDULING.md).",
+            "per variant, laid out as its config/zh_en_*.yaml ships (docs/SCHEDULING.md). Host memory: "
+            "PSS summed over the server's serving processes and their children (our worker and its "
+            "step partitions; LibreTranslate's one process) the moment the load ended: a page shared "
+            "by fork or by a mapped file counts once.",
             "",
             load_table(loads),
         ]

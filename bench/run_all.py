@@ -136,7 +136,7 @@ def run_loads(
                         key_file=server.key_file,
                         label=f"load-{name}-{'greedy' if beams == 1 else f'beam{beams}'}-u{users}",
                     )
-                    run_load(spec, results, model_dir, command)
+                    run_load(spec, results, model_dir, command, serving_pids=server.worker_pids)
     for name in PEERS:
         for server_name, _, users in loads:
             if server_name == name:

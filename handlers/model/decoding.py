@@ -37,6 +37,7 @@ from handlers.model.search import (
     SearchRules,
     Vocabulary,
 )
+from handlers.model.self_attention_cache import LayerCache
 from handlers.model.vocabulary import TargetOutputLayer, target_token_ids
 
 __all__ = [
@@ -283,11 +284,9 @@ def _self_attend(
     cohort: Cohort, layer: int, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, scale: float
 ) -> torch.Tensor:
     if cohort.generated:
-        key = torch.cat([cohort.cache[layer][0], key], dim=-2)
-        value = torch.cat([cohort.cache[layer][1], value], dim=-2)
-        cohort.cache[layer] = (key, value)
+        key, value = cohort.cache[layer].append(key, value)
     else:
-        cohort.cache.append((key, value))
+        cohort.cache.append(LayerCache(key, value))
     return F.scaled_dot_product_attention(query, key, value, scale=scale)
 
 

@@ -19,13 +19,30 @@ from handlers.model.row_int8 import RowInt8Embedding, RowInt8Linear
 _MAP_LINE = re.compile(r"^[0-9a-f]+-[0-9a-f]+ ")
 
 
-def quantize_int8(model: nn.Module) -> nn.Module:
+def int8_kernels(choice: str = "fbgemm") -> str:
+    """The quantized engine for int8 matmuls; `auto` is oneDNN where the CPU has AMX int8 tiles.
+
+    On a Xeon with AMX, oneDNN's int8 matmul took 1.5 ms for 64 x 512 x 32,000 where fbgemm took
+    6.1, and about half the time at the decoder's sizes (docs/BENCHMARKS.md). Both quantize a row
+    mapped onto [0, 1] with the same scale and accumulate in int32 exactly, but they apply the
+    weight's scale in a different order: some outputs differ in the last bit, so a sentence may
+    translate differently under each (tests/unit/test_int8_kernels.py). fbgemm stays the default.
+    """
+    if choice == "auto":
+        amx = "onednn" in torch.backends.quantized.supported_engines and torch.cpu._is_amx_tile_supported()
+        return "onednn" if amx else "fbgemm"
+    return choice
+
+
+def quantize_int8(model: nn.Module, kernels: str = "fbgemm") -> nn.Module:
     """int8 weights for every nn.Linear (quantize_dynamic) and nn.Embedding; activations per row.
 
     A row's output never depends on the other rows of its call, so a sentence translates the same
     alone or in any batch. Tied weights are quantized once: one int8 embedding serves every place
-    the fp32 table stood.
+    the fp32 table stood. `kernels` (int8_kernels) is set for the whole process: weights are
+    packed for it here, and every later matmul must run on it.
     """
+    torch.backends.quantized.engine = int8_kernels(kernels)
     _copy_out_of_weight_file(model)
     with warnings.catch_warnings():
         # torch 2.13 warns that quantize_dynamic moves to torchao; torch is pinned, so the call is stable.

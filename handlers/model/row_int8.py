@@ -41,6 +41,8 @@ class RowInt8Linear(nn.Module):
         self.out_features, self.in_features = weight.shape
         self.packed = torch.ops.quantized.linear_prepack(weight, None)
         self.register_buffer("row_sums", weight.dequantize().sum(dim=1), persistent=False)
+        # No bias (the output layer) adds nothing: x + 0 == x, so skipping the add changes no value.
+        self.has_bias = bias is not None
         zeros = torch.zeros(self.out_features)
         self.register_buffer("bias", zeros if bias is None else bias.detach().clone(), persistent=False)
 
@@ -62,7 +64,7 @@ class RowInt8Linear(nn.Module):
         kept = torch._make_per_tensor_quantized_tensor(
             weight.int_repr()[ids].contiguous(), weight.q_scale(), weight.q_zero_point()
         )
-        return RowInt8Linear(kept, self.bias[ids])
+        return RowInt8Linear(kept, self.bias[ids] if self.has_bias else None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features)
@@ -72,7 +74,10 @@ class RowInt8Linear(nn.Module):
         unit = (flat - low).div_(span)  # x = high gives (high - low) / (high - low): exactly 1
         product = torch.ops.quantized.linear_dynamic(unit, self.packed, True)
         # In place on one M x N buffer: a broadcasting addcmul into a new tensor took 10x longer.
-        out = torch.mul(low, self.row_sums).add_(self.bias).addcmul_(product, span)
+        out = torch.mul(low, self.row_sums)
+        if self.has_bias:
+            out.add_(self.bias)
+        out.addcmul_(product, span)
         return out.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
@@ -92,7 +97,8 @@ def fuse(parts: Sequence[RowInt8Linear]) -> RowInt8Linear:
     zero_points = torch.cat([torch.full((w.shape[0],), w.q_zero_point(), dtype=torch.int64) for w in weights])
     codes = torch.cat([weight.int_repr() for weight in weights])
     joined = torch._make_per_channel_quantized_tensor(codes, scales, zero_points, 0)
-    return RowInt8Linear(joined, torch.cat([part.bias for part in parts]))
+    biased = any(part.has_bias for part in parts)
+    return RowInt8Linear(joined, torch.cat([part.bias for part in parts]) if biased else None)
 
 
 class RowInt8Embedding(nn.Module):

@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 
 from handlers.model.cross_attention import CrossMemory
+from handlers.model.self_attention_cache import LayerCache
 
 NEG = -1.0e9  # generate()'s "never pick this" score, added the same way so sums round the same
-KeyValues = tuple[torch.Tensor, torch.Tensor]
 # (owner, its finished hypotheses' generated ids, best first) of each sentence that ended this step:
 # a beam search keeps up to `beams` of them (the next-best are a request's alternatives), greedy one.
 Finished = list[tuple[Any, list[list[int]]]]
@@ -104,7 +104,7 @@ class Cohort(RunningCohort, Protocol):
     """What FastDecoder.step needs of a cohort, and what the step gives back to it."""
 
     cross: CrossMemory
-    cache: list[KeyValues]  # per decoder layer, this cohort's rows only
+    cache: list[LayerCache]  # per decoder layer, this cohort's rows only
     generated: int  # new tokens so far: the position of this step
 
     @property
@@ -127,7 +127,7 @@ class _CohortState:
         self, vocabulary: Vocabulary, owners: Sequence[Any], cross: CrossMemory, limits: Sequence[RowLimits]
     ) -> None:
         self.vocabulary, self.cross, self.generated = vocabulary, cross, 0
-        self.cache: list[KeyValues] = []
+        self.cache: list[LayerCache] = []
         self.owners = list(owners)
         self.caps = torch.tensor([limit.max_new_tokens for limit in limits])
         self.minimums = torch.tensor([limit.min_new_tokens for limit in limits])
@@ -168,7 +168,8 @@ class GreedyCohort(_CohortState):
         self.results = [self.results[i] for i in rows]
         self.caps, self.minimums, self._tokens = self.caps[keep], self.minimums[keep], tokens[keep]
         self.cross = self.cross.keep(keep)
-        self.cache[:] = [(k.index_select(0, keep), v.index_select(0, keep)) for k, v in self.cache]
+        for layer in self.cache:
+            layer.select(keep)
         return done
 
 
@@ -202,21 +203,30 @@ class BeamCohort(_CohortState):
         caps, minimums = (x.repeat_interleave(rows_per_sentence) for x in (self.caps, self.minimums))
         self.vocabulary.constrain(log_probs, self.generated, caps, minimums)
         log_probs = log_probs.view(self.sentences, rows_per_sentence, -1)
-        origins = self._extend(log_probs.expand(-1, self.beams, -1))
+        origins = self._extend(log_probs)
         self.generated += 1
         done, keep = self._finish_sentences()
         rows = (keep[:, None] * rows_per_sentence + origins[keep] * (rows_per_sentence > 1)).flatten()
-        self.cache[:] = [(k.index_select(0, rows), v.index_select(0, rows)) for k, v in self.cache]
+        for layer in self.cache:
+            layer.select(rows)
         self._tokens = self.running[:, :, -1].flatten()
         return done
 
     def _extend(self, log_probs: torch.Tensor) -> torch.Tensor:
-        """One step for every sentence; returns each new running beam's origin beam."""
-        sentences, beams, vocab = log_probs.shape
-        candidates = (log_probs + self.running_scores[:, :, None]).reshape(sentences, -1)
+        """One step for every sentence; returns each new running beam's origin beam.
+
+        log_probs: (sentences, rows, vocabulary), one row per beam (one for all beams at the first
+        step). A sentence's best 2 x beams candidates are among each row's own best 2 x beams (adding
+        the beam's score keeps a row's order), so top-k runs per row and then over those few: the
+        scores are the same sums generate() makes over the whole vocabulary of every beam.
+        """
+        sentences, beams = log_probs.shape[0], self.beams
+        row_scores, row_columns = torch.topk(log_probs, k=2 * beams, dim=-1)
+        row_scores, row_columns = (x.expand(-1, beams, -1) for x in (row_scores, row_columns))
+        candidates = (row_scores + self.running_scores[:, :, None]).reshape(sentences, -1)
         top_scores, top_index = torch.topk(candidates, k=2 * beams)
-        origin, columns = top_index // vocab, top_index % vocab
-        tokens = self.vocabulary.ids[columns]
+        origin = top_index // (2 * beams)
+        tokens = self.vocabulary.ids[row_columns.reshape(sentences, -1).gather(1, top_index)]
         sequences = torch.cat([_gather(self.running, origin), tokens[:, :, None]], dim=2)
         hits = (tokens == self.rules.eos) | (self.caps <= self.generated + 1)[:, None]
 

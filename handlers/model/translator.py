@@ -86,7 +86,7 @@ class Translator:
         model.generation_config.max_length = None
         parameters = sum(p.numel() for p in model.parameters())
         if config.quantize:
-            model = quantize_int8(model)
+            model = quantize_int8(model, config.int8_kernels)
             drop_weight_file_pages(model_dir)
         info = ModelInfo(
             source=_model_source(model_dir),

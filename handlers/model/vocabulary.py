@@ -33,27 +33,33 @@ def target_token_ids(tokenizer: Any, excluded: Iterable[int] = ()) -> torch.Tens
     return torch.tensor(sorted(ids), dtype=torch.long)
 
 
+# Rows of logits are padded to a multiple of 16 floats (one AVX-512 vector). Row-wise kernels take a
+# slow path on an odd width: log_softmax over 64 x 31,999 took 8.1 ms, over 64 x 32,000 1.2 ms (torch
+# 2.13, Xeon 2 vCPU, profile in bench/results/profile-engine-before-after.txt).
+COLUMN_MULTIPLE = 16
+
+
 class TargetOutputLayer(nn.Module):
     """lm_head and final_logits_bias cut to the target-side rows; `ids[k]` is the full id of column k.
 
     An int8 head is sliced from the already-quantized weight (per-tensor scale and zero point
-    kept), so every kept logit is computed exactly as the full head computes it.
+    kept), so every kept logit is computed exactly as the full head computes it. Filler columns
+    (up to COLUMN_MULTIPLE) repeat the last row with a bias of -inf: they can never be chosen.
     """
 
     def __init__(self, lm_head: nn.Module, final_logits_bias: torch.Tensor, ids: torch.Tensor) -> None:
         super().__init__()
-        self.ids = ids
-        self.bias = final_logits_bias.reshape(-1)[ids].clone()
-        self.head = _slice_rows(lm_head, ids)
-
-    @property
-    def size(self) -> int:
-        return int(self.ids.numel())
+        self.size = int(ids.numel())  # the target-side pieces, fillers left out
+        filler = ids[-1:].repeat(-self.size % COLUMN_MULTIPLE)  # any real row: its logit is -inf
+        self.ids = torch.cat([ids, filler])
+        bias = final_logits_bias.reshape(-1)[ids]
+        self.bias = torch.cat([bias, torch.full((filler.numel(),), -torch.inf)])
+        self.head = _slice_rows(lm_head, self.ids)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         # Added after the matmul, as MarianMTModel does, so the sums round the same way.
-        logits: torch.Tensor = self.head(hidden) + self.bias
-        return logits
+        logits: torch.Tensor = self.head(hidden)
+        return logits.add_(self.bias)
 
 
 def _slice_rows(lm_head: nn.Module, ids: torch.Tensor) -> nn.Module:
