@@ -29,6 +29,11 @@ def peer_ratios(rows: list[dict[str, Any]]) -> dict[str, float] | None:
     if 11 in by and 12 in by:
         ratios["single_p50_vmap"] = round(by[3]["p50_ms"] / by[11]["p50_ms"], 3)
         ratios["batch_sentences_per_s_vmap"] = round(by[4]["sentences_per_s"] / by[12]["sentences_per_s"], 3)
+        if 13 in by and 14 in by:  # the opt-in oneDNN kernels against the same peer
+            ratios["single_p50_vmap_onednn"] = round(by[13]["p50_ms"] / by[11]["p50_ms"], 3)
+            ratios["batch_sentences_per_s_vmap_onednn"] = round(
+                by[14]["sentences_per_s"] / by[12]["sentences_per_s"], 3
+            )
     return ratios
 
 
@@ -130,6 +135,12 @@ def markdown(result: dict[str, Any]) -> str:
                     f"\nOurs / the same with its target-side vocabulary map: one-sentence p50 "
                     f"{ratios['single_p50_vmap']} (rung 3 / rung 11), batch-{batch} sentences/s "
                     f"{ratios['batch_sentences_per_s_vmap']} (rung 4 / rung 12)"
+                )
+            if "single_p50_vmap_onednn" in ratios:
+                lines.append(
+                    f"\nWith the opt-in oneDNN int8 kernels (int8_kernels: onednn), against the same: "
+                    f"one-sentence p50 {ratios['single_p50_vmap_onednn']} (rung 13 / rung 11), batch-{batch} "
+                    f"sentences/s {ratios['batch_sentences_per_s_vmap_onednn']} (rung 14 / rung 12)"
                 )
         by = {row["rung"]: row for row in ladder["rungs"]}
         if 8 in by and 9 in by:

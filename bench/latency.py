@@ -47,7 +47,7 @@ from bench.cli import BenchCli, Progress
 from bench.common import DEFAULT_MODEL, Sentence, archive_with, is_standin, percentiles
 from bench.ladder_targets import http_overhead_ms, markdown, peer_ratios, targets
 from bench.process_memory import memory_mb, ready_worker_pids, workers_memory
-from handlers.handler_config import DecoderName, Variant
+from handlers.handler_config import DecoderName, Int8Kernels, Variant
 
 Shape = Literal["fixed128", "dynamic", "batch", "http"]
 Engine = Literal["torch", "ctranslate2"]
@@ -71,6 +71,8 @@ class Rung:
     # On the stand-in a batch is forced to its longest reference (equal work for every engine, as
     # CTranslate2 takes one length per batch); False: each sentence to its own, as eos would end it.
     shared_lengths: bool = True
+    # Ours only: the int8 matmul kernels (handlers.model.quantization.int8_kernels).
+    int8_kernels: Int8Kernels = "fbgemm"
 
 
 LADDER = (
@@ -94,6 +96,11 @@ PEER_RUNGS = (
 MAPPED_PEER_RUNGS = (
     Rung(11, "CTranslate2 int8 + map, one sentence (peer)", "int8", "dynamic", "ctranslate2", vmap=True),
     Rung(12, f"CTranslate2 int8 + map, batches of {BATCH} (peer)", "int8", "batch", "ctranslate2", vmap=True),
+)
+# The opt-in oneDNN kernels (AMX int8 where the CPU has it), beside rungs 3 and 4.
+ONEDNN_RUNGS = (
+    Rung(13, "int8, dynamic, oneDNN kernels", "int8", "dynamic", int8_kernels="onednn"),
+    Rung(14, f"int8, dynamic, batches of {BATCH}, oneDNN kernels", "int8", "batch", int8_kernels="onednn"),
 )
 
 NOTES = (
@@ -198,7 +205,9 @@ def _load_engine(
     from handlers.handler_config import HandlerConfig
     from handlers.model.translator import Translator
 
-    config = HandlerConfig(variant=rung.variant, threads=1, warmup=False, decoder=rung.decoder)
+    config = HandlerConfig(
+        variant=rung.variant, threads=1, warmup=False, decoder=rung.decoder, int8_kernels=rung.int8_kernels
+    )
     translator = Translator.load(model_dir, config)
     label = {"engine": "torch", "decoder": rung.decoder}
     if rung.decoder == "fast":
@@ -316,6 +325,7 @@ def run_ladder(
         *GENERATE_RUNGS,
         OWN_LENGTHS_RUNG,
         *(MAPPED_PEER_RUNGS if converted else []),
+        *ONEDNN_RUNGS,
     ]
     rows = [run_rung(rung, model_dir, sentences, beams, converted) for rung in rungs]
     baseline = rows[0]
