@@ -200,8 +200,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
     def _line(job: Job, index: int) -> bytes:
         """One streamed sentence: its index among the sentences the model decodes, and its translation."""
         assert job.planned is not None
-        sentence = job.planned.sentences[index]
-        line = {"sentence": index, "translation": sentence.translation}
+        line = {"sentence": index, "translation": job.planned.streamed(index)}
         return json.dumps(line, ensure_ascii=False).encode("utf-8") + b"\n"
 
     def _driver(self, calls: Calls) -> Driver:

@@ -111,6 +111,14 @@ class Document:
     def glossary_hits(self) -> int:
         return sum(part.glossary_hits for part in self.parts if isinstance(part, Run))
 
+    def restored(self, index: int, translation: str) -> str:
+        """Model input `index`'s translation as render() puts it in the text (protected spans and
+        glossary terms back, HTML-escaped where the format is), on one line: a streamed sentence."""
+        sentence = [s for s in self.sentences() if s.translatable][index]
+        return restore(
+            sentence.masked, html.escape(translation, quote=False) if self.html else translation
+        ).text
+
     def render(self, translations: Sequence[str]) -> Rendered:
         """The whole text with each translatable sentence replaced by its translation, in order."""
         if len(translations) != len(self.model_inputs):

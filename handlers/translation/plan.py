@@ -46,6 +46,14 @@ class PlannedRequest:
     def done(self) -> bool:
         return all(sentence.done for sentence in self.sentences)
 
+    def streamed(self, index: int) -> str:
+        """Sentence `index` (of `sentences`) as the answer will read it: placeholders restored."""
+        for text in self.texts:
+            if index < len(text.sentences):
+                return text.document.restored(index, text.sentences[index].translation)
+            index -= len(text.sentences)
+        raise IndexError(f"no sentence {index} in this request")
+
     def ready(self) -> int:
         """How many leading sentences are done (what a stream may send)."""
         return next((n for n, sentence in enumerate(self.sentences) if not sentence.done), self.count)

@@ -106,6 +106,26 @@ def test_a_streamed_document_sends_each_sentence_then_the_whole_response(
     assert [line["translation"] for line in sentences] == [pair["translation"] for pair in whole["sentences"]]
 
 
+def test_streamed_sentences_read_as_the_answer_does_glossary_terms_and_protected_spans_restored(
+    step_server: TorchServe, static_server: TorchServe
+) -> None:
+    body = {
+        "text": "<p>我们在公园里。</p><p>请访问 https://example.com/a?b=1 了解 2,048 个公园。</p>",
+        "format": "html",
+        "glossary": {"公园": "the Royal Park"},
+        "sentences": True,
+    }
+    response, lines = stream(step_server, {**body, "stream": True})
+    assert response.status_code == 200
+    *sentences, last = [json.loads(line) for line in lines if line]
+    whole = static_server.client.post_raw(json.dumps(body).encode(), "application/json").json()
+    streamed = [line["translation"] for line in sentences]
+    assert streamed == [pair["translation"] for pair in whole["sentences"]]
+    assert all("the Royal Park" in text for text in streamed)
+    assert "https://example.com/a?b=1" in streamed[1]
+    assert without_cache_flags(last) == without_cache_flags(whole)
+
+
 def test_refusals_keep_their_status_and_body(step_server: TorchServe, static_server: TorchServe) -> None:
     for body in (b'{"txt": "x"}', b'{"text": 5}', json.dumps({"text": "你好", "num_beams": 99}).encode()):
         step = step_server.client.post_raw(body, "application/json")
