@@ -4,6 +4,7 @@
     python -m bench.bleu --model-dir DIR --variant int8      # in-process, the handler's code path
     python -m bench.bleu --model synthetic --variant int8    # same, model resolved like archive.build
     python -m bench.bleu --endpoint http://127.0.0.1:8080/predictions/zh_en   # a running server
+    python -m bench.bleu --archive model_store/zh_en_int8.mar   # the batch job (python -m batch), in process
 
 `--limit N` scores the first N sentences. One JSON result per run lands in bench/results/.
 On the offline stand-in (random weights) the score is meaningless and labeled so.
@@ -109,6 +110,34 @@ def through_endpoint(
     )
 
 
+def through_batch_job(blocks: Sequence[Block], archive: Path, num_beams: int | None) -> Hypotheses:
+    """The test set as one text file (a source per line) through the batch job, the archive's own
+    pipeline (docs/BATCH.md), in this process; identity from the job's sidecar manifest."""
+    import json
+    import tempfile
+
+    from batch.cli import main as batch_main
+    from batch.job import MANIFEST_SUFFIX
+
+    sources = [b.source for b in blocks]
+    if any("\n" in source or "\r" in source for source in sources):
+        raise SystemExit("a test source holds a line break: one line per source would not line up")
+    with tempfile.TemporaryDirectory(prefix="zh_en_bleu_") as workdir:
+        corpus, output = Path(workdir) / "tatoeba.zh.txt", Path(workdir) / "out"
+        corpus.write_text("\n".join(sources) + "\n", encoding="utf-8")
+        beams = ["--beams", str(num_beams)] if num_beams else []
+        argv = ["translate", str(corpus), str(output), "--archive", str(archive), "--engine", "local", *beams]
+        if batch_main(argv) != 0:
+            raise SystemExit(f"the batch job failed on {corpus}")
+        texts = (output / corpus.name).read_text(encoding="utf-8").splitlines()
+        identity = json.loads((output / (corpus.name + MANIFEST_SUFFIX)).read_text())
+    if len(texts) != len(sources):
+        raise SystemExit(f"the batch job wrote {len(texts)} lines for {len(sources)} sources")
+    return Hypotheses(
+        texts, identity["model"], identity.get("version"), identity.get("variant"), bool(identity["standin"])
+    )
+
+
 def _chunks(texts: list[str]) -> list[list[str]]:
     return [texts[i : i + CHUNK] for i in range(0, len(texts), CHUNK)]
 
@@ -149,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--published", action="store_true", help="score the released model's outputs")
     mode.add_argument("--endpoint", help="a TorchServe predictions URL")
     mode.add_argument("--model-dir", type=Path, help="a saved model directory, in-process")
+    mode.add_argument("--archive", type=Path, help="a .mar: the batch job over it, in this process")
     cli.add_model(mode, None, "hub id, local dir or `synthetic`, resolved like archive.build")
     cli.parser.add_argument("--variant", choices=("fp32", "int8"), default="int8")
     cli.parser.add_argument("--num-beams", type=int)
@@ -163,13 +193,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _source(args: argparse.Namespace, cli: BenchCli) -> tuple[str, Callable[[Sequence[Block]], Hypotheses]]:
-    """The result's label and where its translations come from: --published, --endpoint or a model."""
+    """The result's label and where its translations come from: --published, --endpoint, --archive
+    (the batch job) or a model in process."""
     if args.published:
         return "published", published
     if args.endpoint:
         return "endpoint", lambda blocks: through_endpoint(
             blocks, args.endpoint, args.key_file, args.concurrency, args.num_beams
         )
+    if args.archive:
+        from batch.archive_model import open_archive
+
+        archive: Path = args.archive
+        opened = open_archive(archive)
+        label = f"{'standin' if opened.standin else 'model'}-{opened.served_config.variant}"
+        return label, lambda blocks: through_batch_job(blocks, archive, args.num_beams)
     model_dir = args.model_dir or cli.model_dir()
     label = f"{'standin' if is_standin(model_dir) else 'model'}-{args.variant}"
     return label, lambda blocks: in_process(blocks, model_dir, args.variant, args.num_beams)

@@ -48,3 +48,14 @@ def test_bleu_in_process_on_the_tiny_standin_is_labeled_meaningless(
     assert result["standin"] is True and result["meaningful"] is False and result["n"] == 8
     assert result["variant"] == "int8"
     assert "MEANINGLESS" in capsys.readouterr().err
+
+
+def test_bleu_through_the_batch_job_scores_what_the_archive_translates(
+    tiny_store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--archive", str(tiny_store / "zh_en_int8.mar"), "--limit", "8", "--num-beams", "1"]
+    assert bleu.main([*args, "--results-dir", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "bleu-standin-int8.json").read_text())
+    assert result["standin"] is True and result["meaningful"] is False and result["n"] == 8
+    assert result["variant"] == "int8" and result["version"]
+    assert "MEANINGLESS" in capsys.readouterr().err
