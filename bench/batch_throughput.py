@@ -37,6 +37,7 @@ def command() -> BenchCli:
     cli = BenchCli("batch_throughput", __doc__, model="synthetic", results_dir=True)
     cli.parser.add_argument("--sentences", type=int, default=DEFAULT_SENTENCES)
     cli.parser.add_argument("--quick", action="store_true", help=f"{QUICK_SENTENCES} sentences (smoke run)")
+    cli.parser.add_argument("--beams", type=int, default=4, help="num_beams (bench.load's served rung: 4)")
     return cli
 
 
@@ -56,7 +57,7 @@ def timed(engine: Engine, shards: list[Shard]) -> dict[str, Any]:
     }
 
 
-def run(model_dir: Path, count: int, say: Any) -> dict[str, Any]:
+def run(model_dir: Path, count: int, say: Any, beams: int = 4) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     standin = is_standin(model_dir)
@@ -69,7 +70,7 @@ def run(model_dir: Path, count: int, say: Any) -> dict[str, Any]:
     shards = cut_shards(units, ShardBudget(max_units=8) if count <= QUICK_SENTENCES else ShardBudget())
     with tempfile.TemporaryDirectory(prefix="bench-batch-") as workdir:
         store, name = archive_with("int8", model_dir, Path(workdir))
-        archive, options = store / name, JobOptions()
+        archive, options = store / name, JobOptions(beams=beams)
         runs: dict[str, Any] = {}
         say(f"in process: {len(units)} sentences in {len(shards)} shards")
         runs["in_process"] = timed(LocalEngine(archive, options), shards)
@@ -88,6 +89,7 @@ def run(model_dir: Path, count: int, say: Any) -> dict[str, Any]:
         if standin
         else "natural",
         "n": len(units),
+        "num_beams": beams,
         "shards": len(shards),
         "cpus": host_cpus(),
         "sentence_cache": "off",
@@ -123,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     cli = command()
     args = cli.parse(argv)
     count = QUICK_SENTENCES if args.quick else args.sentences
-    result = run(cli.model_dir(), count, cli.say)
+    result = run(cli.model_dir(), count, cli.say, args.beams)
     path = cli.write("batch_throughput", result)
     print(markdown(result))
     print(f"\nwritten to {path}")

@@ -129,6 +129,37 @@ def host_memory(load: dict[str, Any]) -> str:
     return "-" if not memory else f"{memory['pss_mb']} ({memory['processes']} processes)"
 
 
+def batch_section(batch: dict[str, Any], loads: list[dict[str, Any]]) -> list[str]:
+    """The batch job in process and on Ray local, beside the server under 100 users at its beams
+    (one sentence per request: req/s is sentences/s)."""
+    runs = batch["runs"]
+    beams = batch.get("num_beams", 4)
+    served = next(
+        (r for r in loads if r["variant"] == "int8" and r["num_beams"] == beams and r["users"] == 100), None
+    )
+    lines = [
+        f"## Batch prediction ({batch['date']}, {commands([batch])})",
+        "",
+        f"{batch['n']} Tatoeba sentences, {decode_name(beams)}, output lengths: {batch['output_lengths']}; "
+        "each figure includes loading the model (every actor's), Ray's own start is apart "
+        f"({batch['ray_start_seconds']} s).",
+        "",
+        "| run | sentences/s |",
+        "|---|---:|",
+        *(f"| {name.replace('_', ' ')} | {figures['sentences_per_s']} |" for name, figures in runs.items()),
+    ]
+    if served is not None:
+        lines.append(f"| the server, 100 Locust users ({served['label']}, same run) | {served['rps']} |")
+        best = max(runs["in_process"]["sentences_per_s"], runs["ray_per_core"]["sentences_per_s"])
+        lines += [
+            "",
+            f"Batch job (best of in process and Ray per core) / server: **{best / served['rps']:.2f}x**",
+        ]
+    ray_cost = runs["ray_one_actor"]["sentences_per_s"] / runs["in_process"]["sentences_per_s"]
+    lines.append(f"Ray with one actor / in process (the same layout): **{ray_cost:.2f}x**")
+    return lines
+
+
 def decode_name(beams: int | None) -> str:
     return "model default" if beams is None else "greedy" if beams == 1 else f"beam {beams}"
 
@@ -248,6 +279,8 @@ def write_readme(results: dict[str, dict[str, Any]], plots: list[Path], out: Pat
         ]
     if "mixed" in results:
         parts += ["", f"## Schedulers ({results['mixed']['date']}): [mixed.md](mixed.md)"]
+    if "batch_throughput" in results:
+        parts += ["", *batch_section(results["batch_throughput"], loads)]
     parts += ["", "## Finished studies", "", STUDIES]
     parts += ["", "## Plots", ""] + [f"![{plot.stem}]({plot.name})" for plot in plots]
     path = out / "README.md"

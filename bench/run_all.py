@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from archive.build import MODEL_NAME
-from bench import bleu, latency, libretranslate_peer, mixed, report
+from bench import batch_throughput, bleu, latency, libretranslate_peer, mixed, report
 from bench.cli import BenchCli, Progress
 from bench.common import CACHE_OFF, DEFAULT_MODEL, SCHEDULERS, archive_with
 from bench.load import LoadSpec, run_load
@@ -75,7 +75,7 @@ QUICK = Plan(
 SERVERS = ("int8", "fp32", "int8-generate")
 # Served peers, after ours in the same run: LibreTranslate as shipped and tuned, at its beam 4.
 PEERS = tuple(libretranslate_peer.SETTINGS)
-STEPS = 5
+STEPS = 6
 say = Progress("run_all")
 
 
@@ -108,7 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     run_loads(plan.loads, plan.duration, model_dir, results, cli.command)
     _step(4, "admission: at any step (shipped) against at batch boundaries (Locust, paced, streaming)")
     mixed.main(["--model", str(model_dir), *plan.mixed_args, "--results-dir", str(results)])
-    _step(5, "report")
+    _step(5, "batch prediction: the batch job in process and on Ray local (beside step 3's server)")
+    quick = ["--quick"] if plan is QUICK else []
+    batch_throughput.main(["--model", str(model_dir), *quick, "--results-dir", str(results)])
+    _step(6, "report")
     report.main(["--results-dir", str(results)])
     say(f"bench finished in {time.monotonic() - started:.0f}s")
     return 0
