@@ -4,6 +4,7 @@ current handler code, and what it reports holds where the answer is known."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,14 @@ def test_bleu_through_the_batch_job_scores_what_the_archive_translates(
     assert result["standin"] is True and result["meaningful"] is False and result["n"] == 8
     assert result["variant"] == "int8" and result["version"]
     assert "MEANINGLESS" in capsys.readouterr().err
+
+
+def test_engine_profile_sets_ours_beside_ctranslate2_by_class(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from bench import engine_profile
+
+    args = ["--model", str(tiny_model_dir), "--repeats", "1", "--batch", "4", "--results-dir", str(tmp_path)]
+    assert engine_profile.main(args) == 0
+    text = (tmp_path / "profile-engine.txt").read_text()
+    assert "| class (ms per batch) | ours, fbgemm | ours, onednn |" in text
+    assert "| int8 GEMM |" in text and "quantized::linear_dynamic" in text
+    assert ("CTranslate2 + map (perf)" in text) == (shutil.which("perf") is not None)
