@@ -58,9 +58,9 @@ TORCH_CLASSES = (
 )
 # (class, substrings of a native symbol), first match wins; perf's "[k]" kernel symbols apart.
 PERF_CLASSES = (
+    ("attention", ("sgemm", "sgemv", "dot_product_attention", "MultiHeadAttention")),  # fp32 in CT2
     ("int8 GEMM", ("gemm_s8u8s32", "gemm_s8s8", "dnnl", "jit_", "_amx", "gemm")),
     ("activation quantize and dequantize", ("quantize", "compensation")),
-    ("attention", ("dot_product_attention", "MultiHeadAttention")),
     ("search: log-softmax, top-k, argmax", ("softmax", "TopK", "BeamSearch", "Sampler", "topk")),
     ("cache and beam copies", ("memmove", "memcpy", "gather", "index_select", "concat", "split")),
     ("layer norm", ("layer_norm", "LayerNorm")),
@@ -76,7 +76,7 @@ PERF_CLASSES = (
             "transpose",
         ),
     ),
-    ("Python and the harness", ("_Py", "Py", "gc_", "visit_", "unicode", "dict")),
+    ("Python: the harness, its garbage collector", ("_Py", "Py", "gc_", "visit_", "unicode", "dict")),
 )
 PERF_FREQUENCY = 499
 

@@ -22,6 +22,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ import requests
 from bench.cli import BenchCli, Progress
 from bench.common import RESULTS_DIR, load_model_dir, sample_sentences, write_result
 from bench.process_memory import host_memory_mb
+from handlers.model.heap_trim import IDLE_TRIM_SECONDS
 from serving.client import read_key
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
@@ -108,7 +110,13 @@ def run_load(
             f"{identity['version']} ({lengths})"
         )
         subprocess.run(_locust_command(spec, prefix), env=env, check=False, stdout=subprocess.DEVNULL)
-    memory = {"host_memory": host_memory_mb(serving_pids())} if serving_pids is not None else {}
+    memory: dict[str, Any] = {}
+    if serving_pids is not None:
+        memory["host_memory"] = host_memory_mb(serving_pids())
+        # Again once the server has been idle long enough to give its batches' heap back
+        # (handlers.model.heap_trim): what it holds between bursts, not while it works.
+        time.sleep(IDLE_TRIM_SECONDS + 2)
+        memory["host_memory_idle"] = host_memory_mb(serving_pids())
     summary = {
         **_aggregated(Path(f"{prefix}_stats.csv")),
         **({"by_name": _by_name(Path(f"{prefix}_stats.csv"))} if spec.document_users else {}),

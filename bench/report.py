@@ -125,8 +125,11 @@ def load_table(loads: list[dict[str, Any]]) -> str:
 
 def host_memory(load: dict[str, Any]) -> str:
     """PSS of the server's processes as the load ended (bench.process_memory.host_memory_mb)."""
-    memory = load.get("host_memory")
-    return "-" if not memory else f"{memory['pss_mb']} ({memory['processes']} processes)"
+    memory, idle = load.get("host_memory"), load.get("host_memory_idle")
+    if not memory:
+        return "-"
+    after = f", idle {idle['pss_mb']}" if idle else ""
+    return f"{memory['pss_mb']}{after} ({memory['processes']} processes)"
 
 
 def batch_section(batch: dict[str, Any], loads: list[dict[str, Any]]) -> list[str]:
@@ -243,8 +246,9 @@ def write_readme(results: dict[str, dict[str, Any]], plots: list[Path], out: Pat
             f"{commands(loads)}, one server "
             "per variant, laid out as its config/zh_en_*.yaml ships (docs/SCHEDULING.md). Host memory: "
             "PSS summed over the server's serving processes and their children (our worker and its "
-            "step partitions; LibreTranslate's one process) the moment the load ended: a page shared "
-            "by fork or by a mapped file counts once.",
+            "step partitions; LibreTranslate's one process) the moment the load ended, then after "
+            "3 s idle (our workers give their batches' heap back after 1 s): a page shared by fork or "
+            "by a mapped file counts once.",
             "",
             load_table(loads),
         ]
