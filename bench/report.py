@@ -157,6 +157,7 @@ def batch_section(batch: dict[str, Any], loads: list[dict[str, Any]]) -> list[st
         lines += [
             "",
             f"Batch job (best of in process and Ray per core) / server: **{best / served['rps']:.2f}x**",
+            "",
         ]
     ray_cost = runs["ray_one_actor"]["sentences_per_s"] / runs["in_process"]["sentences_per_s"]
     lines.append(f"Ray with one actor / in process (the same layout): **{ray_cost:.2f}x**")
