@@ -23,7 +23,7 @@ import requests
 
 from serving.client import ServerError
 from serving.fleet_keys import KeyStore, write_client_key
-from serving.fleet_supervisor import supervise
+from serving.fleet_supervisor import stop_on_signals, supervise
 from serving.graceful import add_drain_seconds
 from serving.nginx_conf import FrontDoorConfig, FrontDoorPaths
 from serving.replica_set import DEFAULT_ARCHIVE, DEFAULT_DIR, Fleet
@@ -141,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         start(args)
         return 0
     if args.command == "run":
-        return supervise(start(args), args.drain_seconds)
+        stop = stop_on_signals()
+        return supervise(start(args), args.drain_seconds, stop)
     if args.command == "keys":
         if args.action != "list" and not args.name:
             raise SystemExit(f"keys {args.action} needs a NAME")

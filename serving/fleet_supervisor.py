@@ -17,10 +17,17 @@ from serving.processes import process_alive
 from serving.replica_set import Fleet
 
 
-def supervise(fleet: Fleet, drain_seconds: float, poll: float = 2.0) -> int:
+def stop_on_signals() -> threading.Event:
+    """An event SIGTERM and SIGINT set. Installed before the fleet starts: the front door answers
+    before its start returns, and a SIGTERM in between must stop the fleet gracefully, not kill
+    this process and leave the replicas running."""
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
+    return stop
+
+
+def supervise(fleet: Fleet, drain_seconds: float, stop: threading.Event, poll: float = 2.0) -> int:
     while not stop.wait(poll):
         _revive(fleet)
     say(f"stop requested: front door quits gracefully (at most {drain_seconds:g} s), then the replicas")
