@@ -24,7 +24,7 @@ def test_quick_bench_writes_results_report_and_plots(tiny_model_dir: Path, tmp_p
         "load-fp32-greedy-u4.json",
         "load-int8-generate-greedy-u4.json",
     } <= names
-    assert {"latency_by_rung.png", "fp32_vs_int8.png", "mixed.json"} <= names
+    assert {"latency_by_rung.png", "fp32_vs_int8.png", "mixed.json", "batch_throughput.json"} <= names
     for server, variant, decoder in (
         ("int8", "int8", "fast"),
         ("fp32", "fp32", "fast"),

@@ -83,7 +83,7 @@ def assert_quick_ladder(results_dir: Path, model_dir: Path) -> None:
     ladder = result["ladders"]["1"]
     rungs = ladder["rungs"]
     assert result["n"] == latency.QUICK_SENTENCES == latency.BATCH == 16  # one full batch
-    assert [row["rung"] for row in rungs] == [1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12]
+    assert [row["rung"] for row in rungs] == [1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14]
     assert all(row["p50_ms"] > 0 and row["sentences_per_s"] > 0 and row["rss_mb"] > 0 for row in rungs)
     assert all(row["peak_rss_mb"] >= row["rss_mb"] >= row["harness_rss_mb"] > 0 for row in rungs)
     assert result["standin"] is True and result["output_lengths"].startswith("reference lengths")
@@ -91,15 +91,14 @@ def assert_quick_ladder(results_dir: Path, model_dir: Path) -> None:
     assert result["peer"]["engine"] == f"CTranslate2 {version}"
     assert result["peer"]["note"] == "peer, not a serving option"
     peer = [f"CTranslate2 {version}"] * 2
-    assert [row["engine"] for row in rungs] == ["torch"] * 4 + peer + ["torch"] * 3 + peer
-    assert [row.get("decoder") for row in rungs] == ["fast"] * 4 + [None] * 2 + ["generate"] * 2 + [
-        "fast"
-    ] + [None] * 2
-    assert [bool(row.get("vocabulary_map")) for row in rungs] == [False] * 9 + [True] * 2
+    assert [row["engine"] for row in rungs] == ["torch"] * 4 + peer + ["torch"] * 3 + peer + ["torch"] * 2
+    decoders = ["fast"] * 4 + [None] * 2 + ["generate"] * 2 + ["fast"] + [None] * 2 + ["fast"] * 2
+    assert [row.get("decoder") for row in rungs] == decoders
+    assert [bool(row.get("vocabulary_map")) for row in rungs] == [False] * 9 + [True] * 2 + [False] * 2
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     assert rungs[2]["target_vocabulary"] == str(len(target_token_ids(tokenizer, [tokenizer.pad_token_id])))
-    assert [row.get("note") for row in rungs[4:6] + rungs[9:]] == ["peer, not a serving option"] * 4
-    per_batch = [row["rung"] in (4, 7, 9, 10, 12) for row in rungs]
+    assert [row.get("note") for row in rungs[4:6] + rungs[9:11]] == ["peer, not a serving option"] * 4
+    per_batch = [row["rung"] in (4, 7, 9, 10, 12, 14) for row in rungs]
     assert [row["speedup_p50"] is None for row in rungs] == per_batch
     ratios = ladder["peer_ratios"]
     assert ratios["single_p50"] == pytest.approx(rungs[2]["p50_ms"] / rungs[4]["p50_ms"], rel=1e-2)
@@ -109,6 +108,9 @@ def assert_quick_ladder(results_dir: Path, model_dir: Path) -> None:
     assert ratios["single_p50_vmap"] == pytest.approx(rungs[2]["p50_ms"] / rungs[9]["p50_ms"], rel=1e-2)
     assert ratios["batch_sentences_per_s_vmap"] == pytest.approx(
         rungs[3]["sentences_per_s"] / rungs[10]["sentences_per_s"], rel=1e-2
+    )
+    assert ratios["batch_sentences_per_s_vmap_onednn"] == pytest.approx(
+        rungs[12]["sentences_per_s"] / rungs[10]["sentences_per_s"], rel=1e-2
     )
     assert {target["target"] for target in ladder["targets"]} == {
         "int8 dynamic p50 <= 1/3 of fp32 dynamic p50",
