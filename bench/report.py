@@ -58,8 +58,8 @@ def plot_latency(latency: dict[str, Any], out: Path) -> Path:
         axis.bar([f"{r['rung']}" for r in rungs], [r["p50_ms"] for r in rungs], color=colors)
         axis.set_title(f"{'greedy' if beams == '1' else f'beam {beams}'}: p50 per sentence")
         axis.set_xlabel(
-            "rung (1 fp32 pad-128, 2 fp32, 3 int8, 5 int8 HTTP, 6 CTranslate2, 8 int8 generate(), "
-            "11 CTranslate2 + map, 13 int8 oneDNN)"
+            "rung: 1 fp32 pad-128, 2 fp32, 3 int8, 5 int8 HTTP, 6 CTranslate2,\n"
+            "8 int8 generate(), 11 CTranslate2 + map, 13 int8 oneDNN"
         )
         axis.set_ylabel("ms")
     return _save(figure, out / "latency_by_rung.png", latency)
