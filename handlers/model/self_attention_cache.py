@@ -2,10 +2,10 @@
 
 Appending a position with cat() copied the whole cache on every step, and a beam search's reorder
 copied it again. Here a position is written into spare capacity (doubled when full), attention
-reads the filled part as a view, and a reorder copies the filled part once, into a second buffer
-that then takes over. Attention over the view gives the same values, bit for bit, as over a
-contiguous copy (the kernel reads by strides; the sums are over the same positions in the same
-order), which the decoder's exactness tests against generate() check.
+reads the filled part as a view, and a reorder copies the filled part once, into a new buffer for
+the rows kept (the old one is freed: no second buffer is held). Attention over the view gives the
+same values, bit for bit, as over a contiguous copy (the kernel reads by strides; the sums are over
+the same positions in the same order), which the decoder's exactness tests against generate() check.
 """
 
 from __future__ import annotations
@@ -16,12 +16,11 @@ INITIAL_POSITIONS = 16
 
 
 class LayerCache:
-    """Keys and values, (rows, heads, positions, head dim) each, the first `rows` rows in use."""
+    """Keys and values, (rows, heads, capacity, head dim) each, the first `length` positions filled."""
 
     def __init__(self, key: torch.Tensor, value: torch.Tensor) -> None:
-        self.rows, self.length = int(key.shape[0]), 0
-        self._live = _allocate(key, self.rows, INITIAL_POSITIONS)
-        self._spare: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.length = 0
+        self._live = _allocate(key, int(key.shape[0]), INITIAL_POSITIONS)
         self.append(key, value)
 
     def append(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -30,24 +29,20 @@ class LayerCache:
         if self.length == keys.shape[2]:
             grown = _allocate(keys, int(keys.shape[0]), 2 * int(keys.shape[2]))
             for old, new in zip(self._live, grown, strict=True):
-                new[: self.rows, :, : self.length].copy_(old[: self.rows, :, : self.length])
-            self._live, self._spare = grown, None
+                new[:, :, : self.length].copy_(old[:, :, : self.length])
+            self._live = grown
         end = self.length + 1
         for buffer, part in zip(self._live, (key, value), strict=True):
-            buffer[: self.rows, :, self.length : end].copy_(part)
+            buffer[:, :, self.length : end].copy_(part)
         self.length = end
-        return self._live[0][: self.rows, :, :end], self._live[1][: self.rows, :, :end]
+        return self._live[0][:, :, :end], self._live[1][:, :, :end]
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep the rows `rows`, in that order (a beam search's reorder, or ended sentences dropped)."""
-        count, (keys, _) = int(rows.numel()), self._live
-        if self._spare is None or self._spare[0].shape[0] < count or self._spare[0].shape[2] != keys.shape[2]:
-            self._spare = _allocate(keys, max(count, int(keys.shape[0])), int(keys.shape[2]))
-        for old, new in zip(self._live, self._spare, strict=True):
-            filled = old[: self.rows, :, : self.length]
-            torch.index_select(filled, 0, rows, out=new[:count, :, : self.length])
-        self._live, self._spare = self._spare, self._live
-        self.rows = count
+        kept = _allocate(self._live[0], int(rows.numel()), int(self._live[0].shape[2]))
+        for old, new in zip(self._live, kept, strict=True):
+            torch.index_select(old[:, :, : self.length], 0, rows, out=new[:, :, : self.length])
+        self._live = kept
 
 
 def _allocate(like: torch.Tensor, rows: int, positions: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -34,8 +34,9 @@ def target_token_ids(tokenizer: Any, excluded: Iterable[int] = ()) -> torch.Tens
 
 
 # Rows of logits are padded to a multiple of 16 floats (one AVX-512 vector). Row-wise kernels take a
-# slow path on an odd width: log_softmax over 64 x 31,999 took 8.1 ms, over 64 x 32,000 1.2 ms (torch
-# 2.13, Xeon 2 vCPU, profile in bench/results/profile-engine-before-after.txt).
+# slow path on an odd width: log_softmax over 64 x 31,999 took 8.1 ms, over 64 x 32,000 1.2 ms (a
+# one-off micro-benchmark, torch 2.13, Xeon 2 vCPU, 2026-11-25; in the decoder's profile the gain
+# is smaller, docs/BENCHMARKS.md).
 COLUMN_MULTIPLE = 16
 
 
