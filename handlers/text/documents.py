@@ -94,9 +94,12 @@ class Document:
     parts: list[str | Run]
     html: bool
     model_inputs: list[str] = field(init=False)
+    _translatable: list[PlannedSentence] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.model_inputs = [s.masked.core for s in self.sentences() if s.translatable]
+        # Kept once: a stream restores its sentences one by one (restored()), by index.
+        self._translatable = [s for s in self.sentences() if s.translatable]
+        self.model_inputs = [s.masked.core for s in self._translatable]
 
     def sentences(self) -> Iterator[PlannedSentence]:
         for part in self.parts:
@@ -114,7 +117,7 @@ class Document:
     def restored(self, index: int, translation: str) -> str:
         """Model input `index`'s translation as render() puts it in the text (protected spans and
         glossary terms back, HTML-escaped where the format is), on one line: a streamed sentence."""
-        sentence = [s for s in self.sentences() if s.translatable][index]
+        sentence = self._translatable[index]
         return restore(
             sentence.masked, html.escape(translation, quote=False) if self.html else translation
         ).text
