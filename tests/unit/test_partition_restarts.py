@@ -26,7 +26,7 @@ from handlers.model.search import RowLimits
 from handlers.model.translator import Translator
 from handlers.scheduling.partition_processes import ProcessPartitions
 from handlers.scheduling.partitions import Message, Partitions, RestartBudget, StepReport
-from handlers.scheduling.step_scheduler import SchedulerState, SentenceKey
+from handlers.scheduling.step_scheduler import SchedulerState, SentenceKey, StepScheduler
 from tests.partitions import kill_partition, wait_replaced
 from tests.unit.test_step_scheduler import requests_of, scheduler
 
@@ -49,18 +49,34 @@ def decoded_alone(
     return alone
 
 
+def gated(partition: StepScheduler, gate: Path) -> StepScheduler:
+    """`partition` with every step after its first held until the file `gate` exists, in the processes
+    forked from it: what runs in it after one step still runs, and what waits still waits, until then.
+    A file, not a multiprocessing.Event: setting one waits on its sleepers, and one is killed."""
+    step, steps = partition.step, [0]
+
+    def held_step() -> list[tuple[SentenceKey, list[list[int]]]]:
+        steps[0] += 1
+        while steps[0] > 1 and not gate.exists():
+            time.sleep(0.01)
+        return step()
+
+    partition.step = held_step  # type: ignore[method-assign]
+    return partition
+
+
 def test_a_killed_partition_is_replaced_and_every_sentence_comes_back_once(
-    translator: Translator, caplog: pytest.LogCaptureFixture
+    translator: Translator, caplog: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:
     ids = translator.encode([s.source for s in sample_sentences(translator.tokenizer, SENTENCES)])
-    # Every sentence runs to its cap (min = max new tokens): work stays in flight long enough for
-    # the kill below however fast the decoder gets (a faster one once drained it first, in CI).
+    # Every sentence runs to its cap (min = max new tokens, at least 10): none finishes in one step.
     limits = [RowLimits(cap, cap) for cap in (min(40, 2 * len(row) + 10) for row in ids)]
     alone = decoded_alone(translator, ids, limits)
     members_of = requests_of(SENTENCES)
-    # 4 rows at beam 2: each partition runs 2 sentences and keeps the rest waiting, long enough
-    # that a slow test process still finds both mid-flight (8 rows drained once in a full run).
-    processes = ProcessPartitions([scheduler(translator, row_budget=4) for _ in range(2)])
+    # 4 rows at beam 2: each partition runs 2 sentences and keeps the rest waiting. The partitions
+    # hold after their first step until the kill: a fast decoder drained them first in CI, twice.
+    gate = tmp_path / "released"
+    processes = ProcessPartitions([gated(scheduler(translator, row_budget=4), gate) for _ in range(2)])
     came_back: list[SentenceKey] = []
     scheduled: dict[int, list[list[int]]] = {}
 
@@ -78,20 +94,23 @@ def test_a_killed_partition_is_replaced_and_every_sentence_comes_back_once(
     try:
         for number in range(half):
             submit(number)
-        started = time.monotonic() + 30
-        while processes.state().running_rows == 0 and time.monotonic() < started:
-            collect(stop=True)  # until the partitions report rows running
-        state = processes.state()
-        assert state.running_rows > 0 and state.waiting_sentences > 0, "both partitions must be mid-flight"
+        deadline = time.monotonic() + 30
+        while not all(s.running_rows for s in processes._states) and time.monotonic() < deadline:
+            collect(stop=True)  # until both partitions report their first step
+        running = processes._states[0].running_rows // BEAMS
+        held = sum(len(u.sentences) for u in processes._unfinished.values() if u.partition == 0)
+        assert 0 < running < held, f"partition 0 must run sentences and keep more waiting: {running}, {held}"
         with caplog.at_level(logging.WARNING, logger="handlers.scheduling.partition_processes"):
             dead = kill_partition(processes, 0)
             for number in range(half, len(members_of)):  # some reach the dead one before its replacement
                 submit(number)
+            gate.touch()
             replacement = wait_replaced(processes, 0, dead)
             deadline = time.monotonic() + 120
             while processes.busy and time.monotonic() < deadline:
                 collect(stop=False)
     finally:
+        gate.touch()
         processes.stop()
     assert replacement != dead
     twice = [key for key, count in Counter(came_back).items() if count > 1]
