@@ -82,7 +82,7 @@ def build_archive(spec: ArchiveSpec, model_hash: str) -> bool:
     with tempfile.TemporaryDirectory(prefix="zh_en_archive_") as tmp:
         package_root = Path(tmp) / "package"  # its content lands at the archive root: handlers/...
         for file in _handler_files():
-            target = package_root / file.relative_to(REPO_ROOT)  # handlers/<sub-package>/<module>.py
+            target = package_root / file.relative_to(REPO_ROOT)  # handlers/<sub-package>/<module>.py, .c
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(file, target)
         for glossary in _glossary(spec):  # at the archive root, beside the weights: model_dir / name
@@ -138,8 +138,10 @@ def _glossary(spec: ArchiveSpec) -> list[Path]:
 
 
 def _handler_files() -> list[Path]:
-    """The whole handlers package, sub-packages included (the handler imports them by package path)."""
-    return sorted(path for path in HANDLER_DIR.rglob("*.py") if "__pycache__" not in path.parts)
+    """The whole handlers package, sub-packages included (the handler imports them by package path),
+    with the C source its per-row int8 kernels are built from in the worker."""
+    files = [*HANDLER_DIR.rglob("*.py"), *HANDLER_DIR.rglob("*.c")]
+    return sorted(path for path in files if "__pycache__" not in path.parts)
 
 
 def model_digest(model_dir: Path) -> str:

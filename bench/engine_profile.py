@@ -6,7 +6,8 @@ One batch of Tatoeba sentences (at reference lengths on the stand-in), 1 thread,
 times after a warm-up by each engine, each in a process of its own:
 - ours (int8, the fast decoder), with the default fbgemm kernels and with the opt-in oneDNN ones:
   torch.profiler's self CPU time per operator, summed by class; what the operators leave of the
-  wall time is Python and dispatch (the profiler inflates it);
+  wall time is Python and dispatch (the profiler inflates it), and the per-row int8 mapping's C
+  kernels where they are built (handlers.model.native_rows: no torch operators, so not profiled);
 - CTranslate2 int8 with its vocabulary map (the latency ladder's rung 12): Linux `perf` sampling
   the running process (perf record -p, after its warm-up), self samples per symbol, summed by class.
 Writes bench/results/profile-engine.txt: its signature, the class tables side by side, then each
@@ -112,13 +113,20 @@ def ours(model_dir: Path, kernels: str, beams: int, batch: int, repeats: int) ->
     for event in events:
         by_class[classify(event.key, TORCH_CLASSES)] += event.self_cpu_time_total / 1e3
     operators = sum(by_class.values())
-    by_class["Python and dispatch (wall - operators)"] = max(0.0, wall * 1e3 - operators)
+    rest = "Python, dispatch and the per-row C kernels" if _native_rows() else "Python and dispatch"
+    by_class[f"{rest} (wall - operators)"] = max(0.0, wall * 1e3 - operators)
     top = events.table(sort_by="self_cpu_time_total", row_limit=15)
     return {
         "ms_per_batch": {k: v / repeats for k, v in by_class.items()},
         "wall_ms": wall * 1e3 / repeats,
         "top": top,
     }
+
+
+def _native_rows() -> bool:
+    from handlers.model.native_rows import NativeRowOps, default_row_ops
+
+    return isinstance(default_row_ops(), NativeRowOps)
 
 
 def ctranslate2(model_dir: Path, beams: int, batch: int, repeats: int) -> dict[str, Any] | None:

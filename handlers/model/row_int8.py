@@ -15,7 +15,9 @@ The int32 accumulation is exact and every other operation is per element, so a r
 the same bit for bit alone, in a batch of 16 or beside a 500-token document. Each row keeps
 its own asymmetric 7-bit grid (fbgemm's reduce_range on x86), as fine as the per-tensor grid was
 for the row that set it. Weights stay the int8 tensors quantize_dynamic made; the int8 kernel study
-(bench/studies/README.md) chose this over torch._int_mm and int8 weight-only kernels.
+(bench/studies/README.md) chose this over torch._int_mm and int8 weight-only kernels. The
+element-wise work on either side of the matmul runs in one C call each where a compiler built
+them, in torch's operators otherwise: the same bits either way (handlers.model.native_rows).
 """
 
 from __future__ import annotations
@@ -26,8 +28,7 @@ import torch
 from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
 
-# A constant row (span 0) maps to all zeros; the clamp only keeps the division finite.
-_TINY_SPAN = torch.finfo(torch.float32).tiny
+from handlers.model.native_rows import TINY_SPAN, RowOps, default_row_ops
 
 
 class RowInt8Linear(nn.Module):
@@ -36,12 +37,12 @@ class RowInt8Linear(nn.Module):
     row_sums: torch.Tensor
     bias: torch.Tensor
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, ops: RowOps | None = None) -> None:
         super().__init__()
+        self.ops = ops or default_row_ops()  # the mapping's element-wise work: C kernels or torch's
         self.out_features, self.in_features = weight.shape
         self.packed = torch.ops.quantized.linear_prepack(weight, None)
         self.register_buffer("row_sums", weight.dequantize().sum(dim=1), persistent=False)
-        # No bias (the output layer) adds nothing: x + 0 == x, so skipping the add changes no value.
         self.has_bias = bias is not None
         zeros = torch.zeros(self.out_features)
         self.register_buffer("bias", zeros if bias is None else bias.detach().clone(), persistent=False)
@@ -64,20 +65,13 @@ class RowInt8Linear(nn.Module):
         kept = torch._make_per_tensor_quantized_tensor(
             weight.int_repr()[ids].contiguous(), weight.q_scale(), weight.q_zero_point()
         )
-        return RowInt8Linear(kept, self.bias[ids] if self.has_bias else None)
+        return RowInt8Linear(kept, self.bias[ids] if self.has_bias else None, self.ops)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, self.in_features)
-        # amax and amin, not aminmax: its last-dim reduction is not vectorized (10x slower at 64 rows).
-        low, high = flat.amin(dim=-1, keepdim=True), flat.amax(dim=-1, keepdim=True)
-        span = (high - low).clamp_min_(_TINY_SPAN)
-        unit = (flat - low).div_(span)  # x = high gives (high - low) / (high - low): exactly 1
+        unit, low, span = self.ops.map_rows(x.reshape(-1, self.in_features))
         product = torch.ops.quantized.linear_dynamic(unit, self.packed, True)
-        # In place on one M x N buffer: a broadcasting addcmul into a new tensor took 10x longer.
-        out = torch.mul(low, self.row_sums)
-        if self.has_bias:
-            out.add_(self.bias)
-        out.addcmul_(product, span)
+        # No bias (the output layer) adds nothing: x + 0 == x, so skipping the add changes no value.
+        out = self.ops.restore_rows(product, low, span, self.row_sums, self.bias if self.has_bias else None)
         return out.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
@@ -98,7 +92,7 @@ def fuse(parts: Sequence[RowInt8Linear]) -> RowInt8Linear:
     codes = torch.cat([weight.int_repr() for weight in weights])
     joined = torch._make_per_channel_quantized_tensor(codes, scales, zero_points, 0)
     biased = any(part.has_bias for part in parts)
-    return RowInt8Linear(joined, torch.cat([part.bias for part in parts]) if biased else None)
+    return RowInt8Linear(joined, torch.cat([part.bias for part in parts]) if biased else None, parts[0].ops)
 
 
 class RowInt8Embedding(nn.Module):
@@ -113,7 +107,7 @@ class RowInt8Embedding(nn.Module):
 
     def __init__(self, weight: torch.Tensor) -> None:
         super().__init__()
-        scales = weight.detach().abs().amax(dim=1, keepdim=True).clamp_min(_TINY_SPAN) / 127
+        scales = weight.detach().abs().amax(dim=1, keepdim=True).clamp_min(TINY_SPAN) / 127
         self.register_buffer("codes", torch.round(weight.detach() / scales).to(torch.int8), persistent=False)
         self.register_buffer("scales", scales, persistent=False)
         self.num_embeddings, self.embedding_dim = weight.shape

@@ -49,9 +49,10 @@ def test_the_handler_imports_every_module_from_its_archive(tiny_store: Path, tmp
     otherwise be found in this checkout (installed in the venv) and the test would not notice."""
     with zipfile.ZipFile(tiny_store / "zh_en_int8.mar") as mar:
         mar.extractall(tmp_path)
-    shipped = sorted(str(path.relative_to(tmp_path)) for path in (tmp_path / "handlers").rglob("*.py"))
-    source = sorted(str(path.relative_to(REPO_ROOT)) for path in (REPO_ROOT / "handlers").rglob("*.py"))
-    assert shipped == source
+    for pattern in ("*.py", "*.c"):  # the C source: the worker builds its per-row int8 kernels from it
+        shipped = sorted(str(path.relative_to(tmp_path)) for path in (tmp_path / "handlers").rglob(pattern))
+        source = sorted(str(path.relative_to(REPO_ROOT)) for path in (REPO_ROOT / "handlers").rglob(pattern))
+        assert shipped == source
     run = subprocess.run(
         [sys.executable, "-c", IMPORT_FROM_ARCHIVE, str(tmp_path)],
         capture_output=True,

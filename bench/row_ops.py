@@ -1,0 +1,121 @@
+"""The per-row int8 mapping's element-wise work in C against torch's operators, in our engine.
+
+    python -m bench.row_ops [--model synthetic] [--sentences 64] [--repeats 3]
+
+One process, 1 thread, the int8 fast decoder: the same Tatoeba sentences (at reference lengths on
+the stand-in) decoded in batches of 16 and one at a time, greedy and beam 4, with every int8 layer
+on torch's operators and then on the C kernels (handlers.model.native_rows), CTranslate2 int8
+with its vocabulary map after them as the yardstick; the three interleaved `repeats` times, the
+fastest round of each kept (CPU time). The two paths must translate every sentence the same, or
+the command fails. Writes bench/results/row-ops.json and prints its table.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench import ctranslate2_peer
+from bench.cli import BenchCli
+from bench.common import Sentence, is_standin, sample_sentences
+from bench.latency import options_for
+from handlers.handler_config import HandlerConfig
+from handlers.model.native_rows import NativeRowOps, RowOps, TorchRowOps, build
+from handlers.model.row_int8 import RowInt8Linear
+from handlers.model.translator import Translator
+
+BATCH = 16
+
+
+def row_layers(translator: Translator) -> list[RowInt8Linear]:
+    """Every int8 layer the decode runs: the model's, and the fused copies the fast decoder holds."""
+    decoder: Any = translator.decoder
+    roots = [translator.model, decoder.output, decoder.cross_kv.joined, *(p.joined for p in decoder.self_qkv)]
+    found = {id(m): m for root in roots for m in root.modules() if isinstance(m, RowInt8Linear)}
+    return list(found.values())
+
+
+def measure(model_dir: Path, count: int, repeats: int, say: Callable[[str], None]) -> dict[str, Any]:
+    torch.set_num_threads(1)
+    standin = is_standin(model_dir)
+    translator = Translator.load(model_dir, HandlerConfig(variant="int8", threads=1, warmup=False))
+    peer = ctranslate2_peer.PeerTranslator(model_dir, ctranslate2_peer.convert(model_dir), use_vmap=True)
+    layers = row_layers(translator)
+    paths: dict[str, RowOps] = {"torch": TorchRowOps(), "native": NativeRowOps(build())}
+    sentences = sample_sentences(translator.tokenizer, count)
+
+    def ours(ops: RowOps, groups: Sequence[list[Sentence]], beams: int) -> list[list[str]]:
+        for layer in layers:
+            layer.ops = ops
+        return [
+            translator.generate(
+                translator.encode([s.source for s in g]), options_for(g, beams, standin, True)
+            )
+            for g in groups
+        ]
+
+    def theirs(groups: Sequence[list[Sentence]], beams: int) -> None:
+        for g in groups:
+            lengths = ctranslate2_peer.decoding_lengths([s.reference_tokens for s in g], standin)
+            peer.translate([s.source for s in g], beams, lengths)
+
+    rows = []
+    for shape, groups in (
+        (f"batch of {BATCH}", [sentences[i : i + BATCH] for i in range(0, len(sentences), BATCH)]),
+        ("one sentence", [[s] for s in sentences[:BATCH]]),
+    ):
+        for beams in (1, 4):
+            say(f"{shape}, beam {beams}: {repeats} interleaved rounds")
+            outputs = {name: ours(ops, groups, beams) for name, ops in paths.items()}  # also the warm-up
+            if outputs["torch"] != outputs["native"]:
+                raise SystemExit(f"{shape}, beam {beams}: the C kernels translate differently from torch's")
+            theirs(groups, beams)
+            seconds: dict[str, list[float]] = {name: [] for name in [*paths, "ct2+map"]}
+            for _ in range(repeats):
+                for name, ops in paths.items():
+                    start = time.process_time()
+                    ours(ops, groups, beams)
+                    seconds[name].append(time.process_time() - start)
+                start = time.process_time()
+                theirs(groups, beams)
+                seconds["ct2+map"].append(time.process_time() - start)
+            done = sum(len(g) for g in groups)
+            rate = {name: done / min(times) for name, times in seconds.items()}
+            rows.append({"shape": shape, "beams": beams, "sentences": done, "sentences_per_s": rate})
+    return {"model": model_dir.name, "standin": standin, "repeats": repeats, "rows": rows}
+
+
+def table(result: dict[str, Any]) -> str:
+    lines = [
+        "| shape | beams | torch ops, sent/s | C kernels, sent/s | C / torch "
+        "| torch / CT2 + map | C / CT2 + map |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in result["rows"]:
+        rate = row["sentences_per_s"]
+        lines.append(
+            f"| {row['shape']} | {row['beams']} | {rate['torch']:.1f} | {rate['native']:.1f} | "
+            f"{rate['native'] / rate['torch']:.3f}x | {rate['torch'] / rate['ct2+map']:.2f}x | "
+            f"{rate['native'] / rate['ct2+map']:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    cli = BenchCli("row_ops", __doc__, model="synthetic", results_dir=True)
+    cli.parser.add_argument("--sentences", type=int, default=64)
+    cli.parser.add_argument("--repeats", type=int, default=3)
+    args = cli.parse(argv)
+    result = measure(cli.model_dir(), args.sentences, args.repeats, cli.say)
+    path = cli.write("row-ops", result)
+    print(table(result))
+    cli.say(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
