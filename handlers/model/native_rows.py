@@ -151,6 +151,7 @@ def build(cache: Path | None = None) -> Path:
             [compiler, *FLAGS, "-o", partial.name, str(SOURCE), "-lm"],
             check=True,
             capture_output=True,
+            timeout=120,
             text=True,
         )
         os.replace(partial.name, library)
@@ -165,7 +166,7 @@ def load(choice: str = "auto") -> RowOps:
         return TorchRowOps()
     try:
         return NativeRowOps(build())
-    except (OSError, subprocess.CalledProcessError) as error:
+    except (OSError, subprocess.SubprocessError) as error:
         if choice == "native":
             raise
         detail = error.stderr if isinstance(error, subprocess.CalledProcessError) else error

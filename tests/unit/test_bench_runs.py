@@ -79,7 +79,8 @@ def test_row_ops_compares_the_c_kernels_with_torchs_operators_on_equal_output(
     from bench import row_ops
 
     args = ["--model", str(tiny_model_dir), "--sentences", "2", "--repeats", "1"]
-    assert row_ops.main([*args, "--results-dir", str(tmp_path)]) == 0  # it fails if the two paths translate differently
+    # It fails if the two paths translate any sentence differently.
+    assert row_ops.main([*args, "--results-dir", str(tmp_path)]) == 0
     result = json.loads((tmp_path / "row-ops.json").read_text())
     shapes = [(row["shape"], row["beams"]) for row in result["rows"]]
     assert shapes == [("batch of 16", 1), ("batch of 16", 4), ("one sentence", 1), ("one sentence", 4)]
