@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from handlers.model.cross_attention import CrossMemory
 from handlers.model.self_attention_cache import LayerCache
+from handlers.model.top_k import top_k
 
 NEG = -1.0e9  # generate()'s "never pick this" score, added the same way so sums round the same
 # (owner, its finished hypotheses' generated ids, best first) of each sentence that ended this step:
@@ -221,7 +222,7 @@ class BeamCohort(_CohortState):
         scores are the same sums generate() makes over the whole vocabulary of every beam.
         """
         sentences, beams = log_probs.shape[0], self.beams
-        row_scores, row_columns = torch.topk(log_probs, k=2 * beams, dim=-1)
+        row_scores, row_columns = top_k(log_probs, 2 * beams)
         row_scores, row_columns = (x.expand(-1, beams, -1) for x in (row_scores, row_columns))
         candidates = (row_scores + self.running_scores[:, :, None]).reshape(sentences, -1)
         top_scores, top_index = torch.topk(candidates, k=2 * beams)

@@ -1,4 +1,5 @@
-"""The C kernels for the per-row int8 mapping give torch's operators' results, bit for bit.
+"""The C kernels for the per-row int8 mapping give torch's operators' results, bit for bit; how
+the kernels are built and what stands in without a compiler (handlers.model.native).
 
 Inputs include the rows that stress the mapping: constant rows (span 0), one large value among
 small ones, subnormals, mixed signs and widths that are no multiple of a vector's lanes.
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from handlers.model import native_rows
+from handlers.model import native, native_rows
 from handlers.model.native_rows import NativeRowOps, TorchRowOps
 from handlers.model.row_int8 import RowInt8Linear, fuse
 
@@ -20,8 +21,8 @@ SHAPES = [(1, 512, 1536), (64, 512, 512), (64, 2048, 512), (16, 512, 32000), (7,
 
 
 @pytest.fixture(scope="module")
-def native() -> NativeRowOps:
-    return NativeRowOps(native_rows.build())
+def kernels() -> NativeRowOps:
+    return NativeRowOps(native.open_library(native.build()))
 
 
 def hard_rows(rows: int, cols: int, generator: torch.Generator) -> torch.Tensor:
@@ -45,10 +46,12 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 @pytest.mark.parametrize(("rows", "cols", "out"), SHAPES)
-def test_the_mapping_and_its_inverse_are_torchs(native: NativeRowOps, rows: int, cols: int, out: int) -> None:
+def test_the_mapping_and_its_inverse_are_torchs(
+    kernels: NativeRowOps, rows: int, cols: int, out: int
+) -> None:
     generator = torch.Generator().manual_seed(rows * 7919 + cols)
     x = hard_rows(rows, cols, generator)
-    ours, theirs = native.map_rows(x), TorchRowOps().map_rows(x)
+    ours, theirs = kernels.map_rows(x), TorchRowOps().map_rows(x)
     assert all(same_bits(a, b) for a, b in zip(ours, theirs, strict=True))
     _, low, span = theirs
     assert float(theirs[0].min()) == 0.0 and float(theirs[0].max()) <= 1.0
@@ -56,18 +59,18 @@ def test_the_mapping_and_its_inverse_are_torchs(native: NativeRowOps, rows: int,
     row_sums, bias = torch.randn(out, generator=generator), torch.randn(out, generator=generator)
     for given in (bias, None):
         expected = TorchRowOps().restore_rows(product, low, span, row_sums, given)
-        assert same_bits(native.restore_rows(product, low, span, row_sums, given), expected)
+        assert same_bits(kernels.restore_rows(product, low, span, row_sums, given), expected)
 
 
-def test_a_nan_row_stays_nan_and_leaves_the_others_alone(native: NativeRowOps) -> None:
+def test_a_nan_row_stays_nan_and_leaves_the_others_alone(kernels: NativeRowOps) -> None:
     x = torch.randn(3, 64)
     x[1, 5] = float("nan")
-    (unit, low, span), (expected, _, _) = native.map_rows(x), TorchRowOps().map_rows(x)
+    (unit, low, span), (expected, _, _) = kernels.map_rows(x), TorchRowOps().map_rows(x)
     assert bool(unit[1].isnan().all()) and bool(low[1].isnan()) and bool(span[1].isnan())
     assert same_bits(unit[0::2], expected[0::2])
 
 
-def test_int8_layers_give_the_same_outputs_on_either_ops(native: NativeRowOps) -> None:
+def test_int8_layers_give_the_same_outputs_on_either_ops(kernels: NativeRowOps) -> None:
     torch.manual_seed(3)
     model = torch.nn.Sequential(*(nn_linear(512, width) for width in (512, 512, 2048)))
     quantized = torch.ao.quantization.quantize_dynamic(  # type: ignore[no-untyped-call]
@@ -75,7 +78,7 @@ def test_int8_layers_give_the_same_outputs_on_either_ops(native: NativeRowOps) -
     )
     x = hard_rows(12, 512, torch.Generator().manual_seed(5)).reshape(3, 4, 512)
     pairs = [
-        (RowInt8Linear(weight, bias, native), RowInt8Linear(weight, bias, TorchRowOps()))
+        (RowInt8Linear(weight, bias, kernels), RowInt8Linear(weight, bias, TorchRowOps()))
         for weight, bias in (module._weight_bias() for module in quantized)
     ]
     ids = torch.tensor([3, 1, 400])
@@ -83,27 +86,32 @@ def test_int8_layers_give_the_same_outputs_on_either_ops(native: NativeRowOps) -
         assert same_bits(fast(x), slow(x))
         assert same_bits(fast.rows(ids)(x), slow.rows(ids)(x))
     fused, reference = fuse([fast for fast, _ in pairs]), fuse([slow for _, slow in pairs])
-    assert fused.ops is native
+    assert fused.ops is kernels
     assert same_bits(fused(x), reference(x))
 
 
 def test_no_compiler_means_torchs_operators_and_a_warning(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(native_rows, "_cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(native, "_cache_dir", lambda: tmp_path)
     monkeypatch.setattr("shutil.which", lambda name: None)
-    with caplog.at_level(logging.WARNING, logger=native_rows.__name__):
-        assert isinstance(native_rows.load("auto"), TorchRowOps)
-    assert "no C compiler" in caplog.text and "same results" in caplog.text
-    with pytest.raises(FileNotFoundError):
-        native_rows.load("native")
+    native.library.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger=native.__name__):
+            assert native.library() is None
+            assert isinstance(native_rows.load("auto"), TorchRowOps)
+        assert "no C compiler" in caplog.text and "same results" in caplog.text
+        with pytest.raises(FileNotFoundError):
+            native_rows.load("native")
+    finally:
+        native.library.cache_clear()  # the next caller builds (or finds) the real one again
     assert isinstance(native_rows.load("torch"), TorchRowOps)
 
 
 def test_the_build_is_cached_per_source_flags_and_cpu(tmp_path: Path) -> None:
-    first = native_rows.build(tmp_path)
+    first = native.build(tmp_path)
     modified = first.stat().st_mtime_ns
-    assert native_rows.build(tmp_path) == first and first.stat().st_mtime_ns == modified
+    assert native.build(tmp_path) == first and first.stat().st_mtime_ns == modified
     assert [path.name for path in tmp_path.iterdir()] == [first.name], "no partial build left behind"
 
 

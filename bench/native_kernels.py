@@ -1,13 +1,14 @@
-"""The per-row int8 mapping's element-wise work in C against torch's operators, in our engine.
+"""Our C kernels against the torch operators they stand for, in our engine.
 
-    python -m bench.row_ops [--model synthetic] [--sentences 64] [--repeats 3]
+    python -m bench.native_kernels [--model synthetic] [--sentences 64] [--repeats 3]
 
 One process, 1 thread, the int8 fast decoder: the same Tatoeba sentences (at reference lengths on
-the stand-in) decoded in batches of 16 and one at a time, greedy and beam 4, with every int8 layer
-on torch's operators and then on the C kernels (handlers.model.native_rows), CTranslate2 int8
-with its vocabulary map after them as the yardstick; the three interleaved `repeats` times, the
-fastest round of each kept (CPU time). The two paths must translate every sentence the same, or
-the command fails. Writes bench/results/row-ops.json and prints its table.
+the stand-in) decoded in batches of 16 and one at a time, greedy and beam 4, on torch's operators
+and then on the C kernels (handlers.model.native: the per-row int8 mapping around every int8
+matmul, and a beam's top-k), CTranslate2 int8 with its vocabulary map after them as the
+yardstick; the three interleaved `repeats` times, the fastest round of each kept (CPU time). The
+two paths must translate every sentence the same, or the command fails. Writes
+bench/results/native-kernels.json and prints its table.
 """
 
 from __future__ import annotations
@@ -24,11 +25,18 @@ from bench.cli import BenchCli
 from bench.common import Sentence, is_standin, sample_sentences
 from bench.latency import options_for
 from handlers.handler_config import HandlerConfig
-from handlers.model.native_rows import NativeRowOps, RowOps, TorchRowOps, build
+from handlers.model import native, search, top_k
+from handlers.model.native_rows import NativeRowOps, RowOps, TorchRowOps
 from handlers.model.row_int8 import RowInt8Linear
 from handlers.model.translator import Translator
 
 BATCH = 16
+TopK = Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]
+
+
+def _torch_top_k(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    found = torch.topk(values, k, dim=-1)
+    return found.values, found.indices
 
 
 def row_layers(translator: Translator) -> list[RowInt8Linear]:
@@ -45,12 +53,17 @@ def measure(model_dir: Path, count: int, repeats: int, say: Callable[[str], None
     translator = Translator.load(model_dir, HandlerConfig(variant="int8", threads=1, warmup=False))
     peer = ctranslate2_peer.PeerTranslator(model_dir, ctranslate2_peer.convert(model_dir), use_vmap=True)
     layers = row_layers(translator)
-    paths: dict[str, RowOps] = {"torch": TorchRowOps(), "native": NativeRowOps(build())}
+    kernels = NativeRowOps(native.open_library(native.build()))
+    paths: dict[str, tuple[RowOps, TopK]] = {
+        "torch": (TorchRowOps(), _torch_top_k),
+        "native": (kernels, top_k.top_k),
+    }
     sentences = sample_sentences(translator.tokenizer, count)
 
-    def ours(ops: RowOps, groups: Sequence[list[Sentence]], beams: int) -> list[list[str]]:
+    def ours(path: tuple[RowOps, TopK], groups: Sequence[list[Sentence]], beams: int) -> list[list[str]]:
         for layer in layers:
-            layer.ops = ops
+            layer.ops = path[0]
+        setattr(search, "top_k", path[1])  # noqa: B010  # the one name the search looks it up by
         return [
             translator.generate(
                 translator.encode([s.source for s in g]), options_for(g, beams, standin, True)
@@ -70,15 +83,15 @@ def measure(model_dir: Path, count: int, repeats: int, say: Callable[[str], None
     ):
         for beams in (1, 4):
             say(f"{shape}, beam {beams}: {repeats} interleaved rounds")
-            outputs = {name: ours(ops, groups, beams) for name, ops in paths.items()}  # also the warm-up
+            outputs = {name: ours(path, groups, beams) for name, path in paths.items()}  # also the warm-up
             if outputs["torch"] != outputs["native"]:
-                raise SystemExit(f"{shape}, beam {beams}: the C kernels translate differently from torch's")
+                raise SystemExit(f"{shape}, beam {beams}: the C kernels translate differently from torch")
             theirs(groups, beams)
             seconds: dict[str, list[float]] = {name: [] for name in [*paths, "ct2+map"]}
             for _ in range(repeats):
-                for name, ops in paths.items():
+                for name, path in paths.items():
                     start = time.process_time()
-                    ours(ops, groups, beams)
+                    ours(path, groups, beams)
                     seconds[name].append(time.process_time() - start)
                 start = time.process_time()
                 theirs(groups, beams)
@@ -91,7 +104,7 @@ def measure(model_dir: Path, count: int, repeats: int, say: Callable[[str], None
 
 def table(result: dict[str, Any]) -> str:
     lines = [
-        "| shape | beams | torch ops, sent/s | C kernels, sent/s | C / torch "
+        "| shape | beams | torch operators, sent/s | C kernels, sent/s | C / torch "
         "| torch / CT2 + map | C / CT2 + map |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -106,12 +119,12 @@ def table(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cli = BenchCli("row_ops", __doc__, model="synthetic", results_dir=True)
+    cli = BenchCli("native_kernels", __doc__, model="synthetic", results_dir=True)
     cli.parser.add_argument("--sentences", type=int, default=64)
     cli.parser.add_argument("--repeats", type=int, default=3)
     args = cli.parse(argv)
     result = measure(cli.model_dir(), args.sentences, args.repeats, cli.say)
-    path = cli.write("row-ops", result)
+    path = cli.write("native-kernels", result)
     print(table(result))
     cli.say(f"wrote {path}")
     return 0

@@ -90,3 +90,81 @@ void restore_rows(const float *product, int64_t rows, int64_t cols, const float 
         }
     }
 }
+
+/* Insert (v, column) into the descending list top[0..*filled) of at most k; returns 1 if v equals an
+   entry already there (the order of equal values is torch.topk's to decide, not ours). */
+static int insert(float *top, int64_t *columns, int64_t *filled, int64_t k, float v, int64_t column) {
+    int64_t at = *filled < k ? *filled : k - 1;
+    int tie = 0;
+    while (at > 0 && !(top[at - 1] > v)) {
+        tie |= top[at - 1] == v;
+        if (at < k) {
+            top[at] = top[at - 1];
+            columns[at] = columns[at - 1];
+        }
+        at--;
+    }
+    tie |= at > 0 && top[at - 1] == v;
+    top[at] = v;
+    columns[at] = column;
+    if (*filled < k) {
+        (*filled)++;
+    }
+    return tie;
+}
+
+/* Per row of values (rows x cols, contiguous, k <= cols): its k largest, best first, and their
+   columns, as torch.topk(largest=True, sorted=True) gives them when no two of the values it
+   compares are equal. Returns 0, or 1 when a row holds a NaN, two equal values among its k best,
+   one equal to its k-th best, or a k-th best of -inf: the order torch.topk gives equal values is
+   its own, so the caller asks torch.topk for that call. */
+int top_k_rows(const float *values, int64_t rows, int64_t cols, int64_t k, float *top, int64_t *columns) {
+    int undecided = 0;
+    for (int64_t r = 0; r < rows && !undecided; r++) {
+        const float *row = values + r * cols;
+        float *t = top + r * k;
+        int64_t *c = columns + r * k, filled = 0, i = 0;
+        for (; i < k; i++) {
+            undecided |= row[i] != row[i];
+            undecided |= insert(t, c, &filled, k, row[i], i);
+        }
+        float least = t[k - 1];
+        floats8 bar;
+        for (int j = 0; j < 8; j++) {
+            bar[j] = least;
+        }
+        for (; i + 8 <= cols; i += 8) {
+            floats8 v;
+            memcpy(&v, row + i, sizeof v);
+            ints8 hit = (v >= bar) | (v != v); /* better, as good (a tie) or NaN: rare once filled */
+            int64_t lanes[4];
+            memcpy(lanes, &hit, sizeof lanes);
+            if (!(lanes[0] | lanes[1] | lanes[2] | lanes[3])) {
+                continue;
+            }
+            for (int j = 0; j < 8; j++) {
+                float x = v[j];
+                if (x != x || x == least) {
+                    undecided = 1;
+                } else if (x > least) {
+                    undecided |= insert(t, c, &filled, k, x, i + j);
+                    least = t[k - 1];
+                }
+            }
+            for (int j = 0; j < 8; j++) {
+                bar[j] = least;
+            }
+        }
+        for (; i < cols; i++) {
+            float x = row[i];
+            if (x != x || x == least) {
+                undecided = 1;
+            } else if (x > least) {
+                undecided |= insert(t, c, &filled, k, x, i);
+                least = t[k - 1];
+            }
+        }
+        undecided |= least == -__builtin_inff();
+    }
+    return undecided;
+}

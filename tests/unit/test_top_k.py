@@ -1,0 +1,72 @@
+"""The C top-k gives torch.topk's values and indices: itself where no values tie, by handing the
+call to torch.topk where a tie or a NaN could make torch.topk's own order of equal values count."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+import torch
+
+from handlers.model import native
+from handlers.model.top_k import top_k
+
+
+@pytest.fixture(scope="module")
+def library() -> ctypes.CDLL:
+    return native.open_library(native.build())
+
+
+def decided(library: ctypes.CDLL, values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The kernel's own answer, or None where it leaves the call to torch.topk."""
+    rows = values.reshape(-1, values.shape[-1]).contiguous()
+    top, columns = rows.new_empty((rows.shape[0], k)), torch.empty((rows.shape[0], k), dtype=torch.long)
+    undecided = library.top_k_rows(
+        rows.data_ptr(), rows.shape[0], rows.shape[1], k, top.data_ptr(), columns.data_ptr()
+    )
+    return None if undecided else (top, columns)
+
+
+def log_probs(*shape: int, seed: int) -> torch.Tensor:
+    return torch.log_softmax(torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * 4, dim=-1)
+
+
+@pytest.mark.parametrize(
+    ("shape", "k"), [((64, 32000), 8), ((16, 4, 32000), 8), ((1, 1, 32000), 2), ((3, 9), 9), ((5, 37), 6)]
+)
+def test_without_ties_the_kernel_answers_as_torch_topk(
+    library: ctypes.CDLL, shape: tuple[int, ...], k: int
+) -> None:
+    values = log_probs(*shape, seed=sum(shape) + k)
+    ours = decided(library, values, k)
+    assert ours is not None, "no ties here: the kernel decides"
+    expected = torch.topk(values, k, dim=-1)
+    assert torch.equal(ours[0], expected.values.reshape(-1, k)) and torch.equal(
+        ours[1], expected.indices.reshape(-1, k)
+    )
+    answer = top_k(values, k)
+    assert torch.equal(answer[0], expected.values) and torch.equal(answer[1], expected.indices)
+
+
+def ties_and_nans() -> list[torch.Tensor]:
+    within = log_probs(4, 500, seed=1)
+    within[2, 10] = within[2, 11] = within[2].max() + 1  # two equal best values
+    boundary = log_probs(4, 500, seed=2)
+    kth = torch.topk(boundary[1], 8).values[-1]
+    boundary[1, int((boundary[1] < kth).nonzero()[0, 0])] = kth  # one equal to the 8th best
+    nan = log_probs(4, 500, seed=3)
+    nan[3, 77] = float("nan")
+    forced = torch.full((2, 500), float("-inf"))
+    forced[:, 0] = 0.0  # a forced eos: every other column at -inf
+    zeros = log_probs(2, 500, seed=4)
+    zeros[0, 5], zeros[0, 6] = 0.0, -0.0  # equal as floats, different bits
+    return [within, boundary, nan, forced, zeros]
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_a_tie_or_a_nan_leaves_the_call_to_torch_topk(library: ctypes.CDLL, index: int) -> None:
+    values = ties_and_nans()[index]
+    assert decided(library, values, 8) is None
+    ours, expected = top_k(values, 8), torch.topk(values, 8, dim=-1)
+    assert torch.equal(ours[1], expected.indices)
+    assert torch.allclose(ours[0], expected.values, equal_nan=True)
