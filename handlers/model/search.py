@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from handlers.model.cross_attention import CrossMemory
-from handlers.model.self_attention_cache import LayerCache
+from handlers.model.self_attention_cache import LayerCache, reorder
 from handlers.model.top_k import top_k
 
 NEG = -1.0e9  # generate()'s "never pick this" score, added the same way so sums round the same
@@ -208,8 +208,7 @@ class BeamCohort(_CohortState):
         self.generated += 1
         done, keep = self._finish_sentences()
         rows = (keep[:, None] * rows_per_sentence + origins[keep] * (rows_per_sentence > 1)).flatten()
-        for layer in self.cache:
-            layer.select(rows)
+        reorder(self.cache, rows)
         self._tokens = self.running[:, :, -1].flatten()
         return done
 

@@ -1,0 +1,53 @@
+"""A beam search's in-place reorder leaves every layer's cache as copying the rows kept would."""
+
+from __future__ import annotations
+
+import torch
+
+from handlers.model.self_attention_cache import LayerCache, reorder
+
+ROWS, HEADS, DIM = 8, 2, 4
+
+
+def grown(seed: int, positions: int) -> LayerCache:
+    generator = torch.Generator().manual_seed(seed)
+
+    def step() -> torch.Tensor:
+        return torch.randn(ROWS, HEADS, 1, DIM, generator=generator)
+
+    cache = LayerCache(step(), step())
+    for _ in range(positions - 1):
+        cache.append(step(), step())
+    return cache
+
+
+def filled(cache: LayerCache) -> tuple[torch.Tensor, torch.Tensor]:
+    return cache._live[0][:, :, : cache.length].clone(), cache._live[1][:, :, : cache.length].clone()
+
+
+def test_a_reorder_in_place_equals_a_copy_of_the_rows_kept() -> None:
+    # Beams continue their own row, or another's (row 1 from 0, 4 and 5 both from 6), as a step does.
+    for rows in ([0, 0, 2, 3, 6, 6, 6, 7], [7, 6, 5, 4, 3, 2, 1, 0], list(range(ROWS))):
+        index = torch.tensor(rows)
+        caches, copies = [grown(seed, 19) for seed in (1, 2)], [grown(seed, 19) for seed in (1, 2)]
+        expected = []
+        for copy in copies:
+            copy.select(index)
+            expected.append(filled(copy))
+        reorder(caches, index)
+        for cache, (keys, values) in zip(caches, expected, strict=True):
+            assert torch.equal(filled(cache)[0], keys) and torch.equal(filled(cache)[1], values)
+            assert cache.rows == ROWS
+        caches[0].append(torch.ones(ROWS, HEADS, 1, DIM), torch.ones(ROWS, HEADS, 1, DIM))  # it grows on
+
+
+def test_fewer_rows_copy_the_rows_kept_into_a_new_buffer() -> None:
+    cache, copy = grown(3, 5), grown(3, 5)
+    before = filled(copy)
+    reorder([cache], torch.tensor([5, 2, 2]))
+    keys, values = filled(cache)
+    assert (
+        cache.rows == 3
+        and torch.equal(keys, before[0][[5, 2, 2]])
+        and torch.equal(values, before[1][[5, 2, 2]])
+    )
