@@ -1,12 +1,15 @@
-/* The element-wise work around every per-row int8 matmul (handlers/model/row_int8.py), one pass each.
+/* Our C kernels, each standing for a few torch calls on the decoder's hot path and giving their
+   results exactly (handlers/model/native.py builds this file and loads it; without a compiler the
+   torch calls run instead).
 
-   In torch it is ten operator calls per linear layer, each a pass over memory and a dispatch:
-   amin, amax, sub, clamp, sub, div before fbgemm; mul, add, addcmul after it. Here each side is
-   one call. Every element goes through the same IEEE operations in the same order as those
-   calls (no fused multiply-add: built with -ffp-contract=off), so the results are the same bit
-   for bit; tests/unit/test_row_int8_kernels.py checks it against the torch path.
+   map_rows, restore_rows: the element-wise work around every per-row int8 matmul
+   (handlers/model/row_int8.py), ten torch calls per layer (amin, amax, sub, clamp, sub, div before
+   fbgemm; mul, add, addcmul after it), here one pass each side. Every element goes through the
+   same IEEE operations in the same order as those calls, with a fused multiply-add only where
+   addcmul_ has one (built with -ffp-contract=off): the same bits (tests/unit/test_row_int8_kernels.py).
 
-   Built at first use by handlers/model/native_rows.py; torch's own calls stand in without a compiler. */
+   top_k_rows: a beam's per-row top-k over the vocabulary, torch.topk's answer where no values tie,
+   and a "not mine" where they might (tests/unit/test_top_k.py). */
 
 #include <float.h>
 #include <math.h>
