@@ -73,16 +73,16 @@ def test_engine_profile_sets_ours_beside_ctranslate2_by_class(tiny_model_dir: Pa
     assert ("CTranslate2 + map (perf)" in text) == (shutil.which("perf") is not None)
 
 
-def test_native_kernels_compares_the_c_kernels_with_torchs_operators_on_equal_output(
+def test_hot_path_compares_ours_with_the_torch_calls_it_replaced_on_equal_output(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    from bench import native_kernels
+    from bench import hot_path
 
     args = ["--model", str(tiny_model_dir), "--sentences", "2", "--repeats", "1"]
     # It fails if the two paths translate any sentence differently.
-    assert native_kernels.main([*args, "--results-dir", str(tmp_path)]) == 0
-    result = json.loads((tmp_path / "native-kernels.json").read_text())
+    assert hot_path.main([*args, "--results-dir", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "hot-path.json").read_text())
     shapes = [(row["shape"], row["beams"]) for row in result["rows"]]
     assert shapes == [("batch of 16", 1), ("batch of 16", 4), ("one sentence", 1), ("one sentence", 4)]
-    assert all(set(row["sentences_per_s"]) == {"torch", "native", "ct2+map"} for row in result["rows"])
-    assert result["signature"]["command"].startswith("python -m bench.native_kernels --model")
+    assert all(set(row["sentences_per_s"]) == {"torch", "ours", "ct2+map"} for row in result["rows"])
+    assert result["signature"]["command"].startswith("python -m bench.hot_path --model")

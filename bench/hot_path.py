@@ -1,14 +1,16 @@
-"""Our C kernels against the torch operators they stand for, in our engine.
+"""The decoder's hot path as it is against the torch calls it replaced, in our engine.
 
-    python -m bench.native_kernels [--model synthetic] [--sentences 64] [--repeats 3]
+    python -m bench.hot_path [--model synthetic] [--sentences 64] [--repeats 3]
 
 One process, 1 thread, the int8 fast decoder: the same Tatoeba sentences (at reference lengths on
-the stand-in) decoded in batches of 16 and one at a time, greedy and beam 4, on torch's operators
-and then on the C kernels (handlers.model.native: the per-row int8 mapping around every int8
-matmul, and a beam's top-k), CTranslate2 int8 with its vocabulary map after them as the
-yardstick; the three interleaved `repeats` times, the fastest round of each kept (CPU time). The
-two paths must translate every sentence the same, or the command fails. Writes
-bench/results/native-kernels.json and prints its table.
+the stand-in) decoded in batches of 16 and one at a time, greedy and beam 4, two ways:
+- torch: the per-row int8 mapping in torch's operators, torch.topk for a beam's candidates, and a
+  beam reorder that copies every row of every layer's cache;
+- ours: the C kernels for both (handlers.model.native) and the in-place reorder that copies only
+  the rows whose beam came from another row (handlers.model.self_attention_cache.reorder);
+and CTranslate2 int8 with its vocabulary map after them as the yardstick. The three run
+interleaved `repeats` times, the fastest round of each kept (CPU time). Both ways must translate
+every sentence the same, or the command fails. Writes bench/results/hot-path.json, prints its table.
 """
 
 from __future__ import annotations
@@ -28,15 +30,23 @@ from handlers.handler_config import HandlerConfig
 from handlers.model import native, search, top_k
 from handlers.model.native_rows import NativeRowOps, RowOps, TorchRowOps
 from handlers.model.row_int8 import RowInt8Linear
+from handlers.model.self_attention_cache import LayerCache, reorder
 from handlers.model.translator import Translator
 
 BATCH = 16
 TopK = Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]
+Reorder = Callable[[Sequence[LayerCache], torch.Tensor], None]
+Way = tuple[RowOps, TopK, Reorder]
 
 
 def _torch_top_k(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     found = torch.topk(values, k, dim=-1)
     return found.values, found.indices
+
+
+def _copy_reorder(caches: Sequence[LayerCache], rows: torch.Tensor) -> None:
+    for cache in caches:
+        cache.select(rows)
 
 
 def row_layers(translator: Translator) -> list[RowInt8Linear]:
@@ -54,16 +64,20 @@ def measure(model_dir: Path, count: int, repeats: int, say: Callable[[str], None
     peer = ctranslate2_peer.PeerTranslator(model_dir, ctranslate2_peer.convert(model_dir), use_vmap=True)
     layers = row_layers(translator)
     kernels = NativeRowOps(native.open_library(native.build()))
-    paths: dict[str, tuple[RowOps, TopK]] = {
-        "torch": (TorchRowOps(), _torch_top_k),
-        "native": (kernels, top_k.top_k),
+    paths: dict[str, Way] = {
+        "torch": (TorchRowOps(), _torch_top_k, _copy_reorder),
+        "ours": (kernels, top_k.top_k, reorder),
     }
     sentences = sample_sentences(translator.tokenizer, count)
 
-    def ours(path: tuple[RowOps, TopK], groups: Sequence[list[Sentence]], beams: int) -> list[list[str]]:
+    def ours(
+        path: tuple[RowOps, TopK, Reorder], groups: Sequence[list[Sentence]], beams: int
+    ) -> list[list[str]]:
+        ops, chosen_top_k, chosen_reorder = path
         for layer in layers:
-            layer.ops = path[0]
-        setattr(search, "top_k", path[1])  # noqa: B010  # the one name the search looks it up by
+            layer.ops = ops
+        setattr(search, "top_k", chosen_top_k)  # noqa: B010  # the names the search looks them up by
+        setattr(search, "reorder", chosen_reorder)  # noqa: B010
         return [
             translator.generate(
                 translator.encode([s.source for s in g]), options_for(g, beams, standin, True)
@@ -84,8 +98,8 @@ def measure(model_dir: Path, count: int, repeats: int, say: Callable[[str], None
         for beams in (1, 4):
             say(f"{shape}, beam {beams}: {repeats} interleaved rounds")
             outputs = {name: ours(path, groups, beams) for name, path in paths.items()}  # also the warm-up
-            if outputs["torch"] != outputs["native"]:
-                raise SystemExit(f"{shape}, beam {beams}: the C kernels translate differently from torch")
+            if outputs["torch"] != outputs["ours"]:
+                raise SystemExit(f"{shape}, beam {beams}: our hot path translates differently from torch's")
             theirs(groups, beams)
             seconds: dict[str, list[float]] = {name: [] for name in [*paths, "ct2+map"]}
             for _ in range(repeats):
@@ -104,27 +118,27 @@ def measure(model_dir: Path, count: int, repeats: int, say: Callable[[str], None
 
 def table(result: dict[str, Any]) -> str:
     lines = [
-        "| shape | beams | torch operators, sent/s | C kernels, sent/s | C / torch "
-        "| torch / CT2 + map | C / CT2 + map |",
+        "| shape | beams | torch, sent/s | ours, sent/s | ours / torch "
+        "| torch / CT2 + map | ours / CT2 + map |",
         "|---|---|---|---|---|---|---|",
     ]
     for row in result["rows"]:
         rate = row["sentences_per_s"]
         lines.append(
-            f"| {row['shape']} | {row['beams']} | {rate['torch']:.1f} | {rate['native']:.1f} | "
-            f"{rate['native'] / rate['torch']:.3f}x | {rate['torch'] / rate['ct2+map']:.2f}x | "
-            f"{rate['native'] / rate['ct2+map']:.2f}x |"
+            f"| {row['shape']} | {row['beams']} | {rate['torch']:.1f} | {rate['ours']:.1f} | "
+            f"{rate['ours'] / rate['torch']:.3f}x | {rate['torch'] / rate['ct2+map']:.2f}x | "
+            f"{rate['ours'] / rate['ct2+map']:.2f}x |"
         )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    cli = BenchCli("native_kernels", __doc__, model="synthetic", results_dir=True)
+    cli = BenchCli("hot_path", __doc__, model="synthetic", results_dir=True)
     cli.parser.add_argument("--sentences", type=int, default=64)
     cli.parser.add_argument("--repeats", type=int, default=3)
     args = cli.parse(argv)
     result = measure(cli.model_dir(), args.sentences, args.repeats, cli.say)
-    path = cli.write("native-kernels", result)
+    path = cli.write("hot-path", result)
     print(table(result))
     cli.say(f"wrote {path}")
     return 0
