@@ -4,10 +4,12 @@
 
 One process, 1 thread, the int8 fast decoder: the same Tatoeba sentences (at reference lengths on
 the stand-in) decoded in batches of 16 and one at a time, greedy and beam 4, two ways:
-- torch: the per-row int8 mapping in torch's operators, torch.topk for a beam's candidates, and a
-  beam reorder that copies every row of every layer's cache;
-- ours: the C kernels for both (handlers.model.native) and the in-place reorder that copies only
-  the rows whose beam came from another row (handlers.model.self_attention_cache.reorder);
+- torch: the per-row int8 mapping in torch's operators around fbgemm's dynamic matmul (which finds
+  the mapped rows' range itself), torch.topk for a beam's candidates, and a beam reorder that
+  copies every row of every layer's cache;
+- ours: the C kernels for the mapping and the top-k (handlers.model.native), the matmul told the
+  unit scale (handlers.model.row_int8.unit_scale_product), and the in-place reorder that copies
+  only the rows whose beam came from another row (handlers.model.self_attention_cache.reorder);
 and CTranslate2 int8 with its vocabulary map after them as the yardstick. The three run
 interleaved `repeats` times, the fastest round of each kept (CPU time). Both ways must translate
 every sentence the same, or the command fails. Writes bench/results/hot-path.json, prints its table.
@@ -29,14 +31,15 @@ from bench.latency import options_for
 from handlers.handler_config import HandlerConfig
 from handlers.model import native, search, top_k
 from handlers.model.native_rows import NativeRowOps, RowOps, TorchRowOps
-from handlers.model.row_int8 import RowInt8Linear
+from handlers.model.row_int8 import RowInt8Linear, dynamic_product, unit_scale_product
 from handlers.model.self_attention_cache import LayerCache, reorder
 from handlers.model.translator import Translator
 
 BATCH = 16
 TopK = Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]
 Reorder = Callable[[Sequence[LayerCache], torch.Tensor], None]
-Way = tuple[RowOps, TopK, Reorder]
+Product = Callable[[torch.Tensor, Any], torch.Tensor]
+Way = tuple[RowOps, Product, TopK, Reorder]
 
 
 def _torch_top_k(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,17 +68,15 @@ def measure(model_dir: Path, count: int, repeats: int, say: Callable[[str], None
     layers = row_layers(translator)
     kernels = NativeRowOps(native.open_library(native.build()))
     paths: dict[str, Way] = {
-        "torch": (TorchRowOps(), _torch_top_k, _copy_reorder),
-        "ours": (kernels, top_k.top_k, reorder),
+        "torch": (TorchRowOps(), dynamic_product, _torch_top_k, _copy_reorder),
+        "ours": (kernels, unit_scale_product, top_k.top_k, reorder),
     }
     sentences = sample_sentences(translator.tokenizer, count)
 
-    def ours(
-        path: tuple[RowOps, TopK, Reorder], groups: Sequence[list[Sentence]], beams: int
-    ) -> list[list[str]]:
-        ops, chosen_top_k, chosen_reorder = path
+    def ours(path: Way, groups: Sequence[list[Sentence]], beams: int) -> list[list[str]]:
+        ops, product, chosen_top_k, chosen_reorder = path
         for layer in layers:
-            layer.ops = ops
+            layer.ops, layer.product = ops, product
         setattr(search, "top_k", chosen_top_k)  # noqa: B010  # the names the search looks them up by
         setattr(search, "reorder", chosen_reorder)  # noqa: B010
         return [

@@ -8,8 +8,9 @@ import pytest
 import torch
 from torch import nn
 
+from handlers.model.native_rows import TorchRowOps
 from handlers.model.projections import Projections
-from handlers.model.row_int8 import RowInt8Embedding, RowInt8Linear, fuse
+from handlers.model.row_int8 import RowInt8Embedding, RowInt8Linear, dynamic_product, fuse, unit_scale_product
 
 
 def row_int8(in_features: int, out_features: int) -> RowInt8Linear:
@@ -75,3 +76,19 @@ def test_int8_embedding_keeps_each_row_within_half_a_step_of_its_own_scale() -> 
     assert looked_up.dtype == torch.float32 and bool(
         ((looked_up - weight[ids]).abs() <= step / 2 + 1e-9).all()
     )
+
+
+@pytest.mark.parametrize(
+    ("rows", "inputs", "outputs"), [(1, 512, 1536), (64, 512, 32000), (64, 2048, 512), (7, 5, 3)]
+)
+def test_the_matmul_told_the_unit_scale_gives_the_bits_of_the_one_that_finds_it(
+    rows: int, inputs: int, outputs: int
+) -> None:
+    layer = row_int8(inputs, outputs)
+    assert layer.product is unit_scale_product, "fbgemm: the call that skips the min/max pass"
+    x = torch.randn(rows, inputs) * torch.logspace(-3, 3, rows)[:, None]
+    x[0] = 0.5  # a constant row maps to zeros
+    unit = TorchRowOps().map_rows(x)[0]
+    assert torch.equal(unit_scale_product(unit, layer.packed), dynamic_product(unit, layer.packed))
+    constant = TorchRowOps().map_rows(torch.full((3, inputs), 2.0))[0]  # every row: fbgemm finds max 0
+    assert torch.equal(unit_scale_product(constant, layer.packed), dynamic_product(constant, layer.packed))
