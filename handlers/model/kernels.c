@@ -9,7 +9,7 @@
    addcmul_ has one (built with -ffp-contract=off): the same bits (tests/unit/test_row_int8_kernels.py).
 
    top_k_rows: a beam's per-row top-k over the vocabulary, torch.topk's answer where no values tie,
-   and a "not mine" where they might (tests/unit/test_top_k.py). */
+   and a "not mine" for a row where they might (tests/unit/test_top_k.py). */
 
 #include <float.h>
 #include <math.h>
@@ -118,12 +118,14 @@ static int insert(float *top, int64_t *columns, int64_t *filled, int64_t k, floa
 
 /* Per row of values (rows x cols, contiguous, k <= cols): its k largest, best first, and their
    columns, as torch.topk(largest=True, sorted=True) gives them when no two of the values it
-   compares are equal. Returns 0, or 1 when a row holds a NaN, two equal values among its k best,
-   one equal to its k-th best, or a k-th best of -inf: the order torch.topk gives equal values is
-   its own, so the caller asks torch.topk for that call. */
-int top_k_rows(const float *values, int64_t rows, int64_t cols, int64_t k, float *top, int64_t *columns) {
-    int undecided = 0;
-    for (int64_t r = 0; r < rows && !undecided; r++) {
+   compares are equal. A row that holds a NaN, two equal values among its k best, one equal to its
+   k-th best, or a k-th best of -inf (a forced eos) is marked in `undecided`: the order torch.topk
+   gives equal values is its own, so the caller asks torch.topk for those rows. Returns how many. */
+int64_t top_k_rows(const float *values, int64_t rows, int64_t cols, int64_t k, float *top, int64_t *columns,
+                   uint8_t *undecided_rows) {
+    int64_t count = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        int undecided = 0;
         const float *row = values + r * cols;
         float *t = top + r * k;
         int64_t *c = columns + r * k, filled = 0, i = 0;
@@ -168,6 +170,8 @@ int top_k_rows(const float *values, int64_t rows, int64_t cols, int64_t k, float
             }
         }
         undecided |= least == -__builtin_inff();
+        undecided_rows[r] = (uint8_t)undecided;
+        count += undecided;
     }
-    return undecided;
+    return count;
 }

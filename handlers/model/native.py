@@ -28,7 +28,7 @@ POINTER, SIZE = ctypes.c_void_p, ctypes.c_int64
 SIGNATURES = {
     "map_rows": ([POINTER, SIZE, SIZE, POINTER, POINTER, POINTER], None),
     "restore_rows": ([POINTER, SIZE, SIZE, POINTER, POINTER, POINTER, POINTER, POINTER], None),
-    "top_k_rows": ([POINTER, SIZE, SIZE, SIZE, POINTER, POINTER], ctypes.c_int),
+    "top_k_rows": ([POINTER, SIZE, SIZE, SIZE, POINTER, POINTER, POINTER], SIZE),
 }
 
 

@@ -3,8 +3,8 @@
 torch.topk over 64 rows of 32,000 log-probabilities took about 2 ms a step, a sort's worth of work
 for 8 values a row. kernels.c's top_k_rows scans each row once with a vector compare against its
 current k-th best and keeps the few that beat it. Where no values tie, the k largest in order are
-one answer, so it gives torch.topk's exactly; where a NaN or a tie could let torch.topk's own order
-of equal values decide (a forced eos leaves every other column at -inf), the call is torch.topk's.
+one answer, so it gives torch.topk's exactly; a row where a NaN or a tie could let torch.topk's own
+order of equal values decide (a forced eos leaves every other column at -inf) is torch.topk's.
 """
 
 from __future__ import annotations
@@ -21,9 +21,12 @@ def top_k(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     if library is None or values.dtype != torch.float32 or not 0 < k <= width:
         return torch.topk(values, k, dim=-1)
     rows = values.reshape(-1, width).contiguous()
-    top = rows.new_empty((rows.shape[0], k))
-    columns = torch.empty((rows.shape[0], k), dtype=torch.long)
-    if library.top_k_rows(rows.data_ptr(), rows.shape[0], width, k, top.data_ptr(), columns.data_ptr()):
-        return torch.topk(values, k, dim=-1)
+    count = rows.shape[0]
+    top, columns = rows.new_empty((count, k)), torch.empty((count, k), dtype=torch.long)
+    undecided = torch.empty(count, dtype=torch.uint8)
+    pointers = rows.data_ptr(), count, width, k, top.data_ptr(), columns.data_ptr(), undecided.data_ptr()
+    if library.top_k_rows(*pointers):
+        left = undecided.nonzero().flatten()
+        top[left], columns[left] = torch.topk(rows[left], k, dim=-1)  # each row on its own: same answer
     shape = (*values.shape[:-1], k)
     return top.view(shape), columns.view(shape)

@@ -1,5 +1,5 @@
-"""The C top-k gives torch.topk's values and indices: itself where no values tie, by handing the
-call to torch.topk where a tie or a NaN could make torch.topk's own order of equal values count."""
+"""The C top-k gives torch.topk's values and indices: itself where no values tie, by handing a row
+to torch.topk where a tie or a NaN could make torch.topk's own order of equal values count."""
 
 from __future__ import annotations
 
@@ -18,13 +18,21 @@ def library() -> ctypes.CDLL:
 
 
 def decided(library: ctypes.CDLL, values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The kernel's own answer, or None where it leaves the call to torch.topk."""
+    """The kernel's own answer, or None where it leaves a row to torch.topk."""
+    return decided_rows(library, values, k)[0]
+
+
+def decided_rows(
+    library: ctypes.CDLL, values: torch.Tensor, k: int
+) -> tuple[tuple[torch.Tensor, torch.Tensor] | None, torch.Tensor]:
+    """The kernel's answer (None if it left any row), and which rows it left to torch.topk."""
     rows = values.reshape(-1, values.shape[-1]).contiguous()
     top, columns = rows.new_empty((rows.shape[0], k)), torch.empty((rows.shape[0], k), dtype=torch.long)
-    undecided = library.top_k_rows(
-        rows.data_ptr(), rows.shape[0], rows.shape[1], k, top.data_ptr(), columns.data_ptr()
-    )
-    return None if undecided else (top, columns)
+    undecided = torch.zeros(rows.shape[0], dtype=torch.uint8)
+    pointers = rows.data_ptr(), rows.shape[0], rows.shape[1], k, top.data_ptr(), columns.data_ptr()
+    left = library.top_k_rows(*pointers, undecided.data_ptr())
+    assert left == int(undecided.sum())
+    return (None if left else (top, columns)), undecided.bool()
 
 
 def log_probs(*shape: int, seed: int) -> torch.Tensor:
@@ -63,10 +71,15 @@ def ties_and_nans() -> list[torch.Tensor]:
     return [within, boundary, nan, forced, zeros]
 
 
+# Which rows of ties_and_nans() hold the tie, the NaN or the forced eos.
+LEFT = [[2], [1], [3], [0, 1], [0]]
+
+
 @pytest.mark.parametrize("index", range(5))
-def test_a_tie_or_a_nan_leaves_the_call_to_torch_topk(library: ctypes.CDLL, index: int) -> None:
+def test_a_row_with_a_tie_or_a_nan_is_left_to_torch_topk(library: ctypes.CDLL, index: int) -> None:
     values = ties_and_nans()[index]
-    assert decided(library, values, 8) is None
+    answer, left = decided_rows(library, values, 8)
+    assert answer is None and left.nonzero().flatten().tolist() == LEFT[index]
     ours, expected = top_k(values, 8), torch.topk(values, 8, dim=-1)
     assert torch.equal(ours[1], expected.indices)
     assert torch.allclose(ours[0], expected.values, equal_nan=True)
