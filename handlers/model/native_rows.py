@@ -37,7 +37,8 @@ class RowOps(Protocol):
         row_sums: torch.Tensor,
         bias: torch.Tensor | None,
     ) -> torch.Tensor:
-        """low * row_sums (+ bias) + product * span, per row."""
+        """low * row_sums (+ bias) + product * span, per row; `product` (the matmul's own output,
+        not kept by the caller) may be written over."""
         ...
 
 
@@ -93,7 +94,7 @@ class NativeRowOps:
     ) -> torch.Tensor:
         product = _float_rows(product)
         rows, cols = product.shape
-        out = torch.empty_like(product)
+        out = product  # each element is read, then written: in place, no second M x N buffer
         self._restore(
             product.data_ptr(),
             rows,
