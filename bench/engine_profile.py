@@ -33,7 +33,7 @@ from bench.common import is_standin, now
 
 # (class, substrings of a torch operator name), first match wins.
 TORCH_CLASSES = (
-    ("int8 GEMM", ("quantized::linear_dynamic",)),
+    ("int8 GEMM", ("quantized::linear_dynamic", "quantized::linear_with_input_q_dq")),
     ("fp32 GEMM", ("aten::addmm", "aten::mm", "aten::bmm", "aten::linear")),
     ("attention", ("scaled_dot_product", "softmax_backward")),
     ("search: log-softmax, top-k, argmax", ("_log_softmax", "topk", "argmax", "take_along_dim", "gather")),

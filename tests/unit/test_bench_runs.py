@@ -36,7 +36,8 @@ def test_profile_keeps_the_top_operators(tiny_model_dir: Path, tmp_path: Path) -
     args = ["--model", str(tiny_model_dir), "--batch", "2", "--top", "5", "--results-dir", str(tmp_path)]
     assert profile.main(args) == 0
     text = (tmp_path / "profile-fast-int8-beam4-batch2.txt").read_text()
-    assert "quantized::linear_dynamic" in text and "Self CPU" in text
+    # fbgemm's int8 matmul, told its input's scale (handlers.model.row_int8.unit_scale_product)
+    assert "quantized::linear_with_input_q_dq" in text and "Self CPU" in text
     assert f"# python -m bench.profile --model {tiny_model_dir} --batch 2" in text  # its signature
 
 
@@ -69,7 +70,8 @@ def test_engine_profile_sets_ours_beside_ctranslate2_by_class(tiny_model_dir: Pa
     assert engine_profile.main(args) == 0
     text = (tmp_path / "profile-engine.txt").read_text()
     assert "| class (ms per batch) | ours, fbgemm | ours, onednn |" in text
-    assert "| int8 GEMM |" in text and "quantized::linear_dynamic" in text
+    assert "| int8 GEMM |" in text and "quantized::linear_with_input_q_dq" in text  # fbgemm
+    assert "quantized::linear_dynamic" in text  # oneDNN: no call that takes the scale
     assert ("CTranslate2 + map (perf)" in text) == (shutil.which("perf") is not None)
 
 
