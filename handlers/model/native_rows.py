@@ -24,8 +24,6 @@ TINY_SPAN = torch.finfo(torch.float32).tiny
 
 
 class RowOps(Protocol):
-    name: str
-
     def map_rows(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(unit, low, span) for rows x in `flat`: low = min, span = max - min, unit = (x - low) / span."""
         ...
@@ -45,8 +43,6 @@ class RowOps(Protocol):
 
 class TorchRowOps:
     """torch's operators: the reference the C kernels must equal, and the fallback."""
-
-    name = "torch"
 
     def map_rows(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         # amax and amin, not aminmax: its last-dim reduction is not vectorized (10x slower at 64 rows).
@@ -72,8 +68,6 @@ class TorchRowOps:
 class NativeRowOps:
     """kernels.c's map_rows and restore_rows (handlers.model.native)."""
 
-    name = "native"
-
     def __init__(self, library: ctypes.CDLL) -> None:
         self._map, self._restore = library.map_rows, library.restore_rows
 
@@ -95,7 +89,6 @@ class NativeRowOps:
     ) -> torch.Tensor:
         product = _float_rows(product)
         rows, cols = product.shape
-        out = product  # each element is read, then written: in place, no second M x N buffer
         self._restore(
             product.data_ptr(),
             rows,
@@ -104,9 +97,9 @@ class NativeRowOps:
             _float_rows(span).data_ptr(),
             row_sums.contiguous().data_ptr(),
             None if bias is None else bias.contiguous().data_ptr(),
-            out.data_ptr(),
+            product.data_ptr(),  # the output: each element is read, then written, so no second M x N buffer
         )
-        return out
+        return product
 
 
 def _float_rows(tensor: torch.Tensor) -> torch.Tensor:
