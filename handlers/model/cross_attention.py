@@ -16,13 +16,23 @@ import torch
 import torch.nn.functional as F
 
 
+def additive_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """(sentences, width) 1/0 -> (sentences, 1, 1, width) float: 0 where attended, -inf elsewhere.
+
+    scaled_dot_product_attention turns a bool mask into exactly this (where(~mask, -inf, 0)) on every
+    call, six calls a step; made once per sentence, the kernel gets the same values.
+    """
+    keep = attention_mask.bool()[:, None, None, :]
+    return torch.zeros(keep.shape).masked_fill_(~keep, -torch.inf)
+
+
 @dataclass
 class WidthGroup:
     """Sentences of one padded width, shared by their beams."""
 
     keys: list[torch.Tensor]  # per decoder layer: (sentences, heads, width, head dim)
     values: list[torch.Tensor]
-    mask: torch.Tensor  # (sentences, 1, 1, width), True = attend; always given, so one kernel path
+    mask: torch.Tensor  # (sentences, 1, 1, width), additive_mask's; always given, so one kernel path
 
     @property
     def sentences(self) -> int:

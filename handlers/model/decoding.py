@@ -16,6 +16,7 @@ together); FastDecoder encodes sentences into a cohort and steps any number of c
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
@@ -24,7 +25,7 @@ from torch import nn
 
 from handlers.handler_config import DecoderName
 from handlers.model.batching import padded_width
-from handlers.model.cross_attention import CrossMemory, WidthGroup
+from handlers.model.cross_attention import CrossMemory, WidthGroup, additive_mask
 from handlers.model.projections import Projections
 from handlers.model.row_int8 import RowInt8Linear
 from handlers.model.search import (
@@ -177,6 +178,7 @@ class FastDecoder:
         self.heads = self.layers[0].self_attn.num_heads
         attentions = [(layer.self_attn, layer.encoder_attn) for layer in self.layers]
         self.self_qkv = [Projections([a.q_proj, a.k_proj, a.v_proj]) for a, _ in attentions]
+        self.steps = [LayerStep.of(layer, qkv) for layer, qkv in zip(self.layers, self.self_qkv, strict=True)]
         # Every layer's cross-attention keys and values come from the same encoder output.
         self.cross_kv = Projections([p for _, a in attentions for p in (a.k_proj, a.v_proj)])
         self.output = output
@@ -228,7 +230,7 @@ class FastDecoder:
         encoded = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         sentences, width, _ = encoded.shape
         heads = [p.reshape(sentences, width, self.heads, -1).transpose(1, 2) for p in self.cross_kv(encoded)]
-        return WidthGroup(heads[0::2], heads[1::2], attention_mask.bool()[:, None, None, :])
+        return WidthGroup(heads[0::2], heads[1::2], additive_mask(attention_mask))
 
     def step(self, cohorts: Sequence[Cohort]) -> Sequence[torch.Tensor]:
         """One decoder position for every row of every cohort; returns each cohort's target-side logits.
@@ -247,37 +249,79 @@ class FastDecoder:
             )
             position_embedding = self.positions[positions][:, None]
         hidden = self.embed_tokens(tokens[:, None]) * self.embed_scale + position_embedding
-        for index, layer in enumerate(self.layers):
-            attention, shape = layer.self_attn, (len(tokens), 1, self.heads, -1)
+        for index, layer in enumerate(self.steps):
+            shape = (len(tokens), 1, self.heads, -1)
             query, key, value = (
-                _split(p.reshape(shape).transpose(1, 2), sizes) for p in self.self_qkv[index](hidden)
+                _split(p.reshape(shape).transpose(1, 2), sizes) for p in layer.self_qkv(hidden)
             )
             attended = _joined(
                 [
-                    _self_attend(cohort, index, *qkv, scale=attention.scaling)
+                    _self_attend(cohort, index, *qkv, scale=layer.self_scale)
                     for cohort, *qkv in zip(cohorts, query, key, value, strict=True)
                 ]
             )
             attended = attended.transpose(1, 2).contiguous().reshape(len(tokens), 1, -1)
-            hidden = layer.self_attn_layer_norm(hidden + attention.out_proj(attended))
+            hidden = layer.self_norm(hidden + layer.self_out(attended))
 
             # Cross-attention: a sentence's beams are query positions over its one copy of the keys.
-            attention = layer.encoder_attn
-            queries = _split(attention.q_proj(hidden), sizes)
+            queries = _split(layer.cross_query(hidden), sizes)
             attended = _joined(
                 [
-                    cohort.cross.attend(index, _by_sentence(query, cohort, self.heads), attention.scaling)
+                    cohort.cross.attend(index, _by_sentence(query, cohort, self.heads), layer.cross_scale)
                     .transpose(1, 2)
                     .reshape(len(query), 1, -1)
                     for cohort, query in zip(cohorts, queries, strict=True)
                 ]
             )
-            hidden = layer.encoder_attn_layer_norm(hidden + attention.out_proj(attended))
+            hidden = layer.cross_norm(hidden + layer.cross_out(attended))
 
-            feed_forward = layer.fc2(layer.activation_fn(layer.fc1(hidden)))
-            hidden = layer.final_layer_norm(hidden + feed_forward)
+            hidden = layer.final_norm(hidden + layer.fc2(layer.activation(layer.fc1(hidden))))
         logits: torch.Tensor = self.output(hidden)[:, 0].float()
         return _split(logits, sizes)
+
+
+Forward = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class LayerStep:
+    """One decoder layer's modules as the step calls them: their bound forward methods.
+
+    The step calls 12 modules a layer at every position; nn.Module.__call__'s hook checks cost
+    several microseconds each, more than some layers' arithmetic for one sentence. The forward
+    methods are what __call__ runs (no hooks are registered), so every value is the same.
+    """
+
+    self_qkv: Projections
+    self_out: Forward
+    self_norm: Forward
+    cross_query: Forward
+    cross_out: Forward
+    cross_norm: Forward
+    fc1: Forward
+    activation: Forward
+    fc2: Forward
+    final_norm: Forward
+    self_scale: float
+    cross_scale: float
+
+    @classmethod
+    def of(cls, layer: Any, self_qkv: Projections) -> LayerStep:
+        own, cross = layer.self_attn, layer.encoder_attn
+        return cls(
+            self_qkv=self_qkv,
+            self_out=own.out_proj.forward,
+            self_norm=layer.self_attn_layer_norm.forward,
+            cross_query=cross.q_proj.forward,
+            cross_out=cross.out_proj.forward,
+            cross_norm=layer.encoder_attn_layer_norm.forward,
+            fc1=layer.fc1.forward,
+            activation=layer.activation_fn.forward,
+            fc2=layer.fc2.forward,
+            final_norm=layer.final_layer_norm.forward,
+            self_scale=float(own.scaling),
+            cross_scale=float(cross.scaling),
+        )
 
 
 def _self_attend(

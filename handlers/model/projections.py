@@ -36,4 +36,5 @@ class Projections:
         self.joined: nn.Module = fuse(int8) if len(int8) == len(layers) else Concatenated(layers)
 
     def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return torch.split(self.joined(x), self.widths, dim=-1)
+        # forward, not __call__: no hooks are registered, and the decoder calls this every position.
+        return torch.split(self.joined.forward(x), self.widths, dim=-1)

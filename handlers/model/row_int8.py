@@ -35,19 +35,27 @@ from handlers.model.native_rows import TINY_SPAN, RowOps, default_row_ops
 UNIT_SCALE, UNIT_ZERO_POINT = 1 / 127, 0
 
 
+def _entry(overload: Any) -> Callable[..., torch.Tensor]:
+    """An operator overload's C++ entry point. Calling the overload itself first scans every argument
+    for a FakeScriptObject (torch.compile and export trace through the packed weights), about 6 us a
+    call at 37 calls a decode step; eager decoding never holds one. The same kernel runs either way."""
+    entry: Callable[..., torch.Tensor] = overload._op
+    return entry
+
+
+_LINEAR_DYNAMIC = _entry(torch.ops.quantized.linear_dynamic.default)
+_LINEAR_GIVEN_SCALE = _entry(torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32.default)
+
+
 def dynamic_product(unit: torch.Tensor, packed: Any) -> torch.Tensor:
     """fbgemm's dynamic int8 matmul: it finds the input's min and max itself, then quantizes."""
-    product: torch.Tensor = torch.ops.quantized.linear_dynamic(unit, packed, True)
-    return product
+    return _LINEAR_DYNAMIC(unit, packed, True)
 
 
 def unit_scale_product(unit: torch.Tensor, packed: Any) -> torch.Tensor:
     """The same matmul told the scale it would find (every row spans [0, 1]): no min/max pass, and
     the same bits (tests/unit/test_row_int8.py); 2-8% faster at the decoder's shapes."""
-    product: torch.Tensor = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(
-        unit, UNIT_SCALE, UNIT_ZERO_POINT, packed
-    )
-    return product
+    return _LINEAR_GIVEN_SCALE(unit, UNIT_SCALE, UNIT_ZERO_POINT, packed)
 
 
 class RowInt8Linear(nn.Module):
@@ -94,9 +102,13 @@ class RowInt8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         unit, low, span = self.ops.map_rows(x.reshape(-1, self.in_features))
         product = self.product(unit, self.packed)
-        # No bias (the output layer) adds nothing: x + 0 == x, so skipping the add changes no value.
-        out = self.ops.restore_rows(product, low, span, self.row_sums, self.bias if self.has_bias else None)
-        return out.reshape(*x.shape[:-1], self.out_features)
+        # The buffers straight from their dict: nn.Module's attribute fallback costs a microsecond
+        # each, 74 times a step. No bias (the output layer) adds nothing: x + 0 == x, so skipping
+        # the add changes no value.
+        buffers = self._buffers
+        bias = buffers["bias"] if self.has_bias else None
+        out = self.ops.restore_rows(product, low, span, buffers["row_sums"], bias)  # type: ignore[arg-type]
+        return out.view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, activations=per-row"
