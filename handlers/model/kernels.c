@@ -24,48 +24,53 @@ static inline floats8 pick(ints8 mask, floats8 yes, floats8 no) {
     return (floats8)(((ints8)yes & mask) | ((ints8)no & ~mask));
 }
 
-/* Row r of x (rows x cols, contiguous): low[r] = min, span[r] = max(max - min, FLT_MIN),
-   unit = (x - low) / span. A NaN anywhere in a row makes its low and span NaN, as amin/amax do. */
+/* One row's low = min and span = max(max - min, FLT_MIN); a NaN anywhere makes both NaN, as amin/amax do. */
+static void row_range(const float *row, int64_t cols, float *low, float *span) {
+    floats8 lo, hi;
+    ints8 nan = {0};
+    for (int j = 0; j < 8; j++) {
+        lo[j] = hi[j] = row[0];
+    }
+    int64_t c = 0;
+    for (; c + 8 <= cols; c += 8) {
+        floats8 v;
+        memcpy(&v, row + c, sizeof v);
+        nan |= v != v;
+        lo = pick(v < lo, v, lo);
+        hi = pick(v > hi, v, hi);
+    }
+    float l = lo[0], h = hi[0];
+    int any_nan = 0;
+    for (int j = 0; j < 8; j++) {
+        l = lo[j] < l ? lo[j] : l;
+        h = hi[j] > h ? hi[j] : h;
+        any_nan |= nan[j];
+    }
+    for (; c < cols; c++) {
+        float v = row[c];
+        any_nan |= v != v;
+        l = v < l ? v : l;
+        h = v > h ? v : h;
+    }
+    if (any_nan) {
+        l = h = __builtin_nanf("");
+    }
+    float s = h - l;
+    if (!(s != s) && s < FLT_MIN) {
+        s = FLT_MIN;
+    }
+    *low = l;
+    *span = s;
+}
+
+/* Row r of x (rows x cols, contiguous): low[r] and span[r] (row_range), unit = (x - low) / span. */
 void map_rows(const float *x, int64_t rows, int64_t cols, float *unit, float *low, float *span) {
     for (int64_t r = 0; r < rows; r++) {
         const float *row = x + r * cols;
         float *out = unit + r * cols;
-        floats8 lo, hi;
-        ints8 nan = {0};
-        for (int j = 0; j < 8; j++) {
-            lo[j] = hi[j] = row[0];
-        }
-        int64_t c = 0;
-        for (; c + 8 <= cols; c += 8) {
-            floats8 v;
-            memcpy(&v, row + c, sizeof v);
-            nan |= v != v;
-            lo = pick(v < lo, v, lo);
-            hi = pick(v > hi, v, hi);
-        }
-        float l = lo[0], h = hi[0];
-        int any_nan = 0;
-        for (int j = 0; j < 8; j++) {
-            l = lo[j] < l ? lo[j] : l;
-            h = hi[j] > h ? hi[j] : h;
-            any_nan |= nan[j];
-        }
-        for (; c < cols; c++) {
-            float v = row[c];
-            any_nan |= v != v;
-            l = v < l ? v : l;
-            h = v > h ? v : h;
-        }
-        if (any_nan) {
-            l = h = __builtin_nanf("");
-        }
-        float s = h - l;
-        if (!(s != s) && s < FLT_MIN) {
-            s = FLT_MIN;
-        }
-        low[r] = l;
-        span[r] = s;
-        for (c = 0; c < cols; c++) {
+        row_range(row, cols, low + r, span + r);
+        const float l = low[r], s = span[r];
+        for (int64_t c = 0; c < cols; c++) {
             out[c] = (row[c] - l) / s;
         }
     }
@@ -175,3 +180,113 @@ int64_t top_k_rows(const float *values, int64_t rows, int64_t cols, int64_t k, f
     }
     return count;
 }
+
+/* ---- int8_linear: a whole per-row int8 layer in one call, fbgemm's bits without fbgemm ----
+
+   fbgemm's matmul, told that every row spans [0, 1] (scale 1/127, zero point 0), does three things
+   to a mapped row u: it quantizes it, q = nearbyint(u * (1.0f / scale)), 0..127 since u <= 1; it
+   multiplies q by the int8 weights, exactly, in int32; and it dequantizes each sum with one float
+   product, p = (float)sum * (scale * weight scale). int8_linear does the same, with map_rows before
+   it and restore_rows after it fused in, so no float `unit` or `product` matrix is written and read
+   back. The int32 sums are exact in any order (q <= 127 and |w| <= 128 keep vpmaddubsw's 16-bit
+   pair sums from saturating), and every float operation is the one torch's path makes, in its
+   order: the same bits (tests/unit/test_int8_linear.py compares them with fbgemm's).
+
+   Weights are in pack order: blocks of 16 output columns, in each the 16 columns' 4 consecutive
+   inputs side by side ([N/16][K/4][16][4] int8), so a block is read as one stream and 8 columns of
+   4 inputs are one 32-byte vector. N must be a multiple of 16 and K of 4 (the caller checks). */
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+
+int int8_linear_built(void) { return 1; }
+
+/* Rows of x mapped as map_rows maps them, then quantized as fbgemm quantizes: q = nearbyint(u * inverse),
+   clamped to 0..255 (a NaN row gives 0s: its low and span are NaN, so its outputs are NaN anyway). */
+static void map_quantize(const float *x, int64_t rows, int64_t cols, float inverse, uint8_t *q, float *low,
+                         float *span) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *row = x + r * cols;
+        uint8_t *out = q + r * cols;
+        row_range(row, cols, low + r, span + r);
+        const float l = low[r], s = span[r];
+        for (int64_t c = 0; c < cols; c++) {
+            float t = nearbyintf(((row[c] - l) / s) * inverse);
+            out[c] = (uint8_t)(t >= 0.0f ? (t <= 255.0f ? t : 255.0f) : 0.0f);
+        }
+    }
+}
+
+/* 8 columns of the epilogue: p = (float)sum * multiplier; v = low * row_sums (+ bias); out = fma(p, span, v),
+   the operations restore_rows makes on fbgemm's p, in its order. */
+static inline void finish8(__m256i sum, const float *multiplier, const float *row_sums, const float *bias,
+                           float l, float s, float *out) {
+    __m256 p = _mm256_mul_ps(_mm256_cvtepi32_ps(sum), _mm256_loadu_ps(multiplier));
+    __m256 v = _mm256_mul_ps(_mm256_set1_ps(l), _mm256_loadu_ps(row_sums));
+    if (bias) {
+        v = _mm256_add_ps(v, _mm256_loadu_ps(bias));
+    }
+    _mm256_storeu_ps(out, _mm256_fmadd_ps(p, _mm256_set1_ps(s), v));
+}
+
+/* Rows r0..r0+R-1 (R <= 6) x the 8 columns at `half` of a block: R sums in registers, the block's
+   weights in L1 (always_inline and a constant R let the compiler keep every sum in a register). */
+static inline __attribute__((always_inline)) void tile(int R, const uint8_t *q, int64_t r0, int64_t cols,
+                                                       const int8_t *w, int half, __m256i *sums) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i acc[6];
+    for (int i = 0; i < R; i++) {
+        acc[i] = _mm256_setzero_si256();
+    }
+    const int64_t quads = cols / 4;
+    for (int64_t k = 0; k < quads; k++) {
+        __m256i weights = _mm256_loadu_si256((const __m256i *)(w + 64 * k + 32 * half));
+        for (int i = 0; i < R; i++) {
+            __m256i x = _mm256_set1_epi32(*(const int32_t *)(q + (r0 + i) * cols + 4 * k));
+            acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(x, weights), ones));
+        }
+    }
+    for (int i = 0; i < R; i++) {
+        sums[i] = acc[i];
+    }
+}
+
+/* out (rows x n) = the per-row int8 layer of x (rows x cols): see the comment above. `q` (rows x cols
+   bytes) and `low`, `span` (rows floats each) are scratch; `multiplier` has n floats (scale x each
+   column's weight scale, as fbgemm makes it), `bias` may be NULL. */
+void int8_linear(const float *x, int64_t rows, int64_t cols, const int8_t *packed, int64_t n,
+                 const float *multiplier, const float *row_sums, const float *bias, float inverse, uint8_t *q,
+                 float *low, float *span, float *out) {
+    map_quantize(x, rows, cols, inverse, q, low, span);
+    for (int64_t block = 0; block < n / 16; block++) {
+        const int8_t *w = packed + block * 16 * cols;
+        for (int half = 0; half < 2; half++) {
+            const int64_t c = block * 16 + 8 * half;
+            const float *m = multiplier + c, *rs = row_sums + c, *b = bias ? bias + c : NULL;
+            for (int64_t r = 0; r < rows;) {
+                __m256i sums[6];
+                int64_t left = rows - r;
+                int R = left >= 6 ? 6 : (int)left;
+                switch (R) {
+                case 6: tile(6, q, r, cols, w, half, sums); break;
+                case 5: tile(5, q, r, cols, w, half, sums); break;
+                case 4: tile(4, q, r, cols, w, half, sums); break;
+                case 3: tile(3, q, r, cols, w, half, sums); break;
+                case 2: tile(2, q, r, cols, w, half, sums); break;
+                default: tile(1, q, r, cols, w, half, sums); break;
+                }
+                for (int i = 0; i < R; i++) {
+                    finish8(sums[i], m, rs, b, low[r + i], span[r + i], out + (r + i) * n + c);
+                }
+                r += R;
+            }
+        }
+    }
+}
+#else
+/* No AVX2 and FMA on this CPU: RowInt8Linear keeps fbgemm (handlers.model.int8_linear), never calls this. */
+int int8_linear_built(void) { return 0; }
+void int8_linear(const float *x, int64_t rows, int64_t cols, const int8_t *packed, int64_t n,
+                 const float *multiplier, const float *row_sums, const float *bias, float inverse, uint8_t *q,
+                 float *low, float *span, float *out) {}
+#endif

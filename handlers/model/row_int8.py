@@ -29,7 +29,8 @@ import torch
 from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
 
-from handlers.model.native_rows import TINY_SPAN, RowOps, default_row_ops
+from handlers.model.int8_linear import Int8Linear, fits, library_for_int8_linear
+from handlers.model.native_rows import TINY_SPAN, NativeRowOps, RowOps, default_row_ops
 
 # What fbgemm's dynamic matmul picks for a row mapped onto [0, 1] with reduce_range (7 bits: 0..127).
 UNIT_SCALE, UNIT_ZERO_POINT = 1 / 127, 0
@@ -59,25 +60,37 @@ def unit_scale_product(unit: torch.Tensor, packed: Any) -> torch.Tensor:
 
 
 class RowInt8Linear(nn.Module):
-    """A qint8 weight packed for fbgemm, applied with one activation range per input row."""
+    """A qint8 weight applied with one activation range per input row: in one C call where
+    handlers.model.int8_linear gives fbgemm's bits, else through fbgemm with the mapping around it."""
 
     row_sums: torch.Tensor
     bias: torch.Tensor
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, ops: RowOps | None = None) -> None:
         super().__init__()
-        self.ops = ops or default_row_ops()  # the mapping's element-wise work: C kernels or torch's
         self.out_features, self.in_features = weight.shape
-        self.packed = torch.ops.quantized.linear_prepack(weight, None)
+        self.register_buffer("row_sums", weight.dequantize().sum(dim=1), persistent=False)
+        self.has_bias = bias is not None
+        zeros = torch.zeros(self.out_features)
+        self.register_buffer("bias", zeros if bias is None else bias.detach().clone(), persistent=False)
+        self.use(weight, ops or default_row_ops())
+
+    def use(self, weight: torch.Tensor, ops: RowOps, whole: bool = True) -> None:
+        """Hold `weight` for `ops` (the mapping's element-wise work: C kernels or torch's).
+
+        With the C kernels (and `whole`, which only bench.hot_path turns off to measure the path
+        before it), a weight int8_linear fits is held in its order and the whole layer is one call;
+        otherwise fbgemm's (or oneDNN's) packing. Either way, one copy and the same bits.
+        """
+        self.ops = ops
+        library = library_for_int8_linear() if whole and isinstance(ops, NativeRowOps) else None
+        self.fused = Int8Linear(weight, library) if library is not None and fits(weight) else None
+        self.packed = None if self.fused else torch.ops.quantized.linear_prepack(weight, None)
         # fbgemm's packed weights (engines fbgemm and x86) take the scale given; oneDNN's have no such call.
         fbgemm = torch.backends.quantized.engine in ("fbgemm", "x86")
         self.product: Callable[[torch.Tensor, Any], torch.Tensor] = (
             unit_scale_product if fbgemm else dynamic_product
         )
-        self.register_buffer("row_sums", weight.dequantize().sum(dim=1), persistent=False)
-        self.has_bias = bias is not None
-        zeros = torch.zeros(self.out_features)
-        self.register_buffer("bias", zeros if bias is None else bias.detach().clone(), persistent=False)
 
     @classmethod
     def of(cls, module: DynamicQuantizedLinear) -> RowInt8Linear:
@@ -86,6 +99,8 @@ class RowInt8Linear(nn.Module):
 
     def weight(self) -> torch.Tensor:
         """The qint8 weight (out_features x in_features), as quantize_dynamic made it."""
+        if self.fused is not None:
+            return self.fused.weight()
         weight: torch.Tensor = torch.ops.quantized.linear_unpack(self.packed)[0]
         return weight
 
@@ -100,14 +115,18 @@ class RowInt8Linear(nn.Module):
         return RowInt8Linear(kept, self.bias[ids] if self.has_bias else None, self.ops)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        unit, low, span = self.ops.map_rows(x.reshape(-1, self.in_features))
-        product = self.product(unit, self.packed)
+        flat = x.reshape(-1, self.in_features)
         # The buffers straight from their dict: nn.Module's attribute fallback costs a microsecond
         # each, 74 times a step. No bias (the output layer) adds nothing: x + 0 == x, so skipping
         # the add changes no value.
         buffers = self._buffers
-        bias = buffers["bias"] if self.has_bias else None
-        out = self.ops.restore_rows(product, low, span, buffers["row_sums"], bias)  # type: ignore[arg-type]
+        row_sums, bias = buffers["row_sums"], buffers["bias"] if self.has_bias else None
+        if self.fused is not None:
+            out = self.fused(flat, row_sums, bias)  # type: ignore[arg-type]
+        else:
+            unit, low, span = self.ops.map_rows(flat)
+            product = self.product(unit, self.packed)
+            out = self.ops.restore_rows(product, low, span, row_sums, bias)  # type: ignore[arg-type]
         return out.view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:

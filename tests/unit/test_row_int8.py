@@ -8,18 +8,19 @@ import pytest
 import torch
 from torch import nn
 
-from handlers.model.native_rows import TorchRowOps
+from handlers.model.native_rows import RowOps, TorchRowOps
 from handlers.model.projections import Projections
 from handlers.model.row_int8 import RowInt8Embedding, RowInt8Linear, dynamic_product, fuse, unit_scale_product
 
 
-def row_int8(in_features: int, out_features: int) -> RowInt8Linear:
+def row_int8(in_features: int, out_features: int, ops: RowOps | None = None) -> RowInt8Linear:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         quantized = torch.ao.quantization.quantize_dynamic(  # type: ignore[no-untyped-call]
             nn.Sequential(nn.Linear(in_features, out_features)), {nn.Linear}, dtype=torch.qint8
         )[0]
-    return RowInt8Linear.of(quantized)
+    weight, bias = quantized._weight_bias()
+    return RowInt8Linear(weight, bias, ops)
 
 
 @pytest.fixture(autouse=True)
@@ -84,7 +85,7 @@ def test_int8_embedding_keeps_each_row_within_half_a_step_of_its_own_scale() -> 
 def test_the_matmul_told_the_unit_scale_gives_the_bits_of_the_one_that_finds_it(
     rows: int, inputs: int, outputs: int
 ) -> None:
-    layer = row_int8(inputs, outputs)
+    layer = row_int8(inputs, outputs, TorchRowOps())  # fbgemm's packing, not int8_linear's
     assert layer.product is unit_scale_product, "fbgemm: the call that skips the min/max pass"
     x = torch.randn(rows, inputs) * torch.logspace(-3, 3, rows)[:, None]
     x[0] = 0.5  # a constant row maps to zeros

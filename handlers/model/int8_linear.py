@@ -1,0 +1,112 @@
+"""A per-row int8 layer in one C call (kernels.c's int8_linear), where fbgemm took three and its own overhead.
+
+RowInt8Linear maps each row onto [0, 1], lets fbgemm quantize it and multiply, and puts the row's
+offset and span back (handlers.model.row_int8). fbgemm's call costs about 17 us however small the
+matrix: for one sentence, most of a decode step's 37 matmuls are that fixed cost. int8_linear maps,
+quantizes, multiplies in int32 and applies the epilogue in one pass each, with fbgemm's arithmetic
+(quantize by the reciprocal of 1/127, dequantize by one product of the two scales per column) and
+restore_rows's after it, so every output has the bits the fbgemm path gives
+(tests/unit/test_int8_linear.py). The weights are held only in its own order: an int8 worker keeps
+one copy, as before.
+
+It stands in for fbgemm only where its bits are fbgemm's: the fbgemm (or x86) engine, weights with
+zero point 0 (quantize_dynamic's symmetric qint8), N a multiple of 16 and K of 4 (every layer of
+opus-mt-zh-en and the tiny stand-in), at most MAX_COLUMNS outputs (not the output layer), and a CPU
+the library was built with AVX2 and FMA for. Elsewhere RowInt8Linear keeps fbgemm.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from handlers.model import native
+
+# fbgemm quantizes by the reciprocal of the scale it is told, computed in float: 1 / float(1/127).
+UNIT_SCALE = torch.tensor(1 / 127, dtype=torch.float32)
+INVERSE = float(torch.tensor(1.0) / UNIT_SCALE)
+COLUMNS, INPUTS = 16, 4  # the kernel's block of output columns, and of inputs per 32-bit lane
+# The 32,000-column output layer (16 MB of weights read every step) stays on fbgemm, whose packing
+# streams it faster: int8_linear took 0.7-1.1x fbgemm's time there, against 1.0-3.4x faster on the
+# decoder's 512-6,144-column layers (a one-off micro-benchmark, AMD EPYC 2 vCPU, 2026-11-27).
+MAX_COLUMNS = 8192
+
+
+class Int8Linear:
+    """A qint8 weight in int8_linear's order, with what the kernel needs to give fbgemm's bits."""
+
+    def __init__(self, weight: torch.Tensor, library: ctypes.CDLL) -> None:
+        self.out_features, self.in_features = weight.shape
+        self.per_channel = weight.qscheme() != torch.per_tensor_affine
+        if self.per_channel:
+            self.scales = weight.q_per_channel_scales()
+            scales = self.scales.to(torch.float32)
+        else:
+            self.scales = torch.tensor(weight.q_scale(), dtype=torch.float64)
+            scales = self.scales.to(torch.float32).expand(self.out_features)
+        # fbgemm's dequantization multiplier: the two scales' float product, one per column.
+        self.multiplier = (UNIT_SCALE * scales).contiguous()
+        self.codes = pack(weight.int_repr())
+        self._run = library.int8_linear
+
+    def weight(self) -> torch.Tensor:
+        """The qint8 weight (out_features x in_features) it was made from."""
+        codes = unpack(self.codes, self.out_features, self.in_features)
+        if self.per_channel:
+            zero_points = torch.zeros(self.out_features, dtype=torch.long)
+            return torch._make_per_channel_quantized_tensor(codes, self.scales, zero_points, 0)
+        return torch._make_per_tensor_quantized_tensor(codes, float(self.scales), 0)
+
+    def __call__(self, flat: torch.Tensor, row_sums: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        if flat.dtype != torch.float32:
+            raise TypeError(f"expected float32 rows, got {flat.dtype}")
+        flat = flat.contiguous()
+        rows = int(flat.shape[0])
+        out = flat.new_empty((rows, self.out_features))
+        scratch = torch.empty((rows, self.in_features), dtype=torch.uint8)
+        ranges = flat.new_empty((2, rows))
+        self._run(
+            flat.data_ptr(),
+            rows,
+            self.in_features,
+            self.codes.data_ptr(),
+            self.out_features,
+            self.multiplier.data_ptr(),
+            row_sums.data_ptr(),
+            None if bias is None else bias.data_ptr(),
+            INVERSE,
+            scratch.data_ptr(),
+            ranges[0].data_ptr(),
+            ranges[1].data_ptr(),
+            out.data_ptr(),
+        )
+        return out
+
+
+def pack(codes: torch.Tensor) -> torch.Tensor:
+    """int8 (N x K) -> int8_linear's order: [N/16][K/4][16][4], a block of 16 columns one stream."""
+    n, k = codes.shape
+    return codes.reshape(n // COLUMNS, COLUMNS, k // INPUTS, INPUTS).permute(0, 2, 1, 3).contiguous()
+
+
+def unpack(packed: torch.Tensor, n: int, k: int) -> torch.Tensor:
+    return packed.permute(0, 2, 1, 3).reshape(n, k).contiguous()
+
+
+def fits(weight: torch.Tensor) -> bool:
+    """Whether int8_linear gives this weight fbgemm's bits (see the module's docstring)."""
+    if torch.backends.quantized.engine not in ("fbgemm", "x86") or weight.dtype != torch.qint8:
+        return False
+    n, k = weight.shape
+    if n % COLUMNS or k % INPUTS or n > MAX_COLUMNS:
+        return False
+    if weight.qscheme() == torch.per_tensor_affine:
+        return bool(weight.q_zero_point() == 0)
+    return bool((weight.q_per_channel_zero_points() == 0).all())
+
+
+def library_for_int8_linear() -> ctypes.CDLL | None:
+    """This process's C kernels if they hold int8_linear (built for AVX2 and FMA), else None."""
+    library = native.library()
+    return library if library is not None and library.int8_linear_built() else None

@@ -1,0 +1,112 @@
+"""int8_linear (one C call per int8 layer) gives the bits of the fbgemm path it replaces: the mapping
+in torch's operators, fbgemm's matmul, the epilogue in torch's operators (TorchRowOps)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from handlers.model import int8_linear
+from handlers.model.native_rows import TorchRowOps, default_row_ops
+from handlers.model.row_int8 import RowInt8Linear, fuse
+from tests.unit.test_row_int8_kernels import hard_rows, same_bits
+
+pytestmark = pytest.mark.skipif(
+    int8_linear.library_for_int8_linear() is None,
+    reason="int8_linear needs the C kernels built for AVX2 and FMA",
+)
+
+# (rows, inputs, outputs): the decoder's layers for one sentence, a beam, a batch and an encoder
+# call, the cross-attention keys and values, and the tiny stand-in's widths.
+SHAPES = [
+    (1, 512, 1536),
+    (4, 512, 512),
+    (7, 2048, 512),
+    (13, 512, 2048),
+    (64, 512, 6144),
+    (300, 512, 512),
+    (3, 32, 64),
+]
+
+
+def quantized_linear(inputs: int, outputs: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """quantize_dynamic's qint8 weight and the bias of a random Linear."""
+    torch.manual_seed(seed)
+    layer = torch.nn.Linear(inputs, outputs)
+    torch.nn.init.normal_(layer.weight, std=0.05)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quantized = torch.ao.quantization.quantize_dynamic(  # type: ignore[no-untyped-call]
+            torch.nn.Sequential(layer), {torch.nn.Linear}, dtype=torch.qint8
+        )[0]
+    weight, bias = quantized._weight_bias()
+    return weight, bias
+
+
+def pair(weight: torch.Tensor, bias: torch.Tensor | None) -> tuple[RowInt8Linear, RowInt8Linear]:
+    """The same weight as one int8_linear call and through fbgemm with torch's operators around it."""
+    ours, theirs = RowInt8Linear(weight, bias, default_row_ops()), RowInt8Linear(weight, bias, TorchRowOps())
+    assert ours.fused is not None and theirs.fused is None
+    return ours, theirs
+
+
+@pytest.mark.parametrize(("rows", "inputs", "outputs"), SHAPES)
+def test_a_layer_gives_the_bits_of_fbgemm_between_torchs_operators(
+    rows: int, inputs: int, outputs: int
+) -> None:
+    weight, bias = quantized_linear(inputs, outputs, seed=rows)
+    x = hard_rows(rows, inputs, torch.Generator().manual_seed(rows + inputs))  # constant, outlier, subnormal
+    for given in (bias, None):
+        ours, theirs = pair(weight, given)
+        with torch.inference_mode():
+            assert same_bits(ours(x), theirs(x))
+
+
+def test_fused_projections_and_cut_output_layers_keep_the_bits() -> None:
+    layers = [pair(*quantized_linear(512, 512, seed)) for seed in range(3)]
+    x = hard_rows(9, 512, torch.Generator().manual_seed(9))
+    ours, theirs = fuse([a for a, _ in layers]), fuse([b for _, b in layers])  # per-channel scales
+    ids = torch.tensor([0, 5, 17, 200, 311, 400, 401, 402, 500, 501, 502, 503, 504, 505, 506, 511])
+    with torch.inference_mode():
+        assert ours.fused is not None and same_bits(ours(x), theirs(x))
+        cut = layers[0][0].rows(ids)
+        assert cut.fused is not None and same_bits(cut(x), layers[0][1].rows(ids)(x))
+
+
+def test_quantization_rounds_as_fbgemm_at_every_rounding_point() -> None:
+    """Rows holding 0 and 1 map onto themselves, so these inputs are the quantizer's own: the floats
+    nearest each midpoint (q + 1/2) / 127, where rounding up or down decides the int8 value."""
+    midpoints = (torch.arange(127, dtype=torch.float64) + 0.5) / 127
+    near = [torch.nextafter(midpoints.float(), torch.tensor(sign)) for sign in (0.0, 2.0)]
+    values = torch.cat([midpoints.float(), *near, torch.rand(1029)]).clamp(0, 1)
+    rows = values.reshape(-1, 30)
+    rows[:, 0], rows[:, 1] = 0.0, 1.0
+    weight, bias = quantized_linear(32, 64, seed=1)
+    # A one-hot weight per input column makes each output a single quantized input times its scale.
+    codes = torch.zeros(64, 32, dtype=torch.int8)
+    codes[torch.arange(32), torch.arange(32)] = 1
+    one_hot = torch._make_per_tensor_quantized_tensor(codes, weight.q_scale(), 0)
+    ours, theirs = pair(one_hot, bias)
+    with torch.inference_mode():
+        assert same_bits(
+            ours(torch.nn.functional.pad(rows, (0, 2))), theirs(torch.nn.functional.pad(rows, (0, 2)))
+        )
+
+
+def test_the_weight_comes_back_as_quantize_dynamic_made_it() -> None:
+    weight, bias = quantized_linear(64, 48, seed=2)
+    ours, _ = pair(weight, bias)
+    back = ours.weight()
+    assert torch.equal(back.int_repr(), weight.int_repr()) and back.q_scale() == weight.q_scale()
+    assert ours.packed is None, "one copy of the weights: int8_linear's order only"
+
+
+def test_shapes_it_does_not_fit_keep_fbgemm() -> None:
+    for inputs, outputs in ((5, 7), (512, 32000)):  # 7 outputs: no multiple of 16; the output layer
+        weight, bias = quantized_linear(inputs, outputs, seed=3)
+        layer = RowInt8Linear(weight, bias, default_row_ops())
+        assert layer.fused is None and layer.packed is not None
+    shifted = torch._make_per_tensor_quantized_tensor(torch.zeros(16, 4, dtype=torch.int8), 0.1, 3)
+    assert not int8_linear.fits(shifted), "a zero point: fbgemm subtracts offsets int8_linear does not"
