@@ -131,15 +131,18 @@ def ours(model_dir: Path, kernels: str, beams: int, batch: int, repeats: int) ->
 @contextlib.contextmanager
 def _int8_linear_recorded() -> Iterator[None]:
     """Every int8_linear call as a profiler event of its own while profiling (handlers.model.int8_linear)."""
+    import torch
     from torch.profiler import record_function
 
     from handlers.model.int8_linear import Int8Linear
 
     call = Int8Linear.__call__
 
-    def recorded(self: Int8Linear, *args: Any) -> Any:
+    def recorded(
+        self: Int8Linear, flat: torch.Tensor, row_sums: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor:
         with record_function(INT8_LINEAR):
-            return call(self, *args)
+            return call(self, flat, row_sums, bias)
 
     Int8Linear.__call__ = recorded  # type: ignore[method-assign]
     try:

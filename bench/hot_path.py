@@ -40,7 +40,7 @@ BATCH = 16
 TopK = Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]
 Reorder = Callable[[Sequence[LayerCache], torch.Tensor], None]
 Product = Callable[[torch.Tensor, Any], torch.Tensor]
-Way = tuple[RowOps, Product, TopK, Reorder, bool]  # bool: whole layers in int8_linear where they fit
+Way = tuple[RowOps, Product, TopK, Reorder, bool]  # bool: each layer one int8_linear call where it fits
 
 
 def _torch_top_k(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -77,9 +77,9 @@ def measure(model_dir: Path, count: int, repeats: int, say: Callable[[str], None
 
     def switch(path: Way) -> None:
         """Every layer repacked for the way (the same int8 values), outside the timed decode."""
-        ops, product, chosen_top_k, chosen_reorder, whole = path
+        ops, product, chosen_top_k, chosen_reorder, one_call = path
         for layer in layers:
-            layer.use(layer.weight(), ops, whole)
+            layer.use(layer.weight(), ops, one_call)
             layer.product = product
         setattr(search, "top_k", chosen_top_k)  # noqa: B010  # the names the search looks them up by
         setattr(search, "reorder", chosen_reorder)  # noqa: B010

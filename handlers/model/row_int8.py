@@ -18,6 +18,8 @@ for the row that set it. Weights stay the int8 tensors quantize_dynamic made; th
 (bench/studies/README.md) chose this over torch._int_mm and int8 weight-only kernels. The
 element-wise work on either side of the matmul runs in one C call each where a compiler built
 them, in torch's operators otherwise: the same bits either way (handlers.model.native_rows).
+Where the C kernels hold int8_linear (AVX2 and FMA), the mapping, the matmul and the epilogue are
+one C call with fbgemm's bits (handlers.model.int8_linear), and fbgemm is not called at all.
 """
 
 from __future__ import annotations
@@ -75,17 +77,18 @@ class RowInt8Linear(nn.Module):
         self.register_buffer("bias", zeros if bias is None else bias.detach().clone(), persistent=False)
         self.use(weight, ops or default_row_ops())
 
-    def use(self, weight: torch.Tensor, ops: RowOps, whole: bool = True) -> None:
+    def use(self, weight: torch.Tensor, ops: RowOps, one_call: bool = True) -> None:
         """Hold `weight` for `ops` (the mapping's element-wise work: C kernels or torch's).
 
-        With the C kernels (and `whole`, which only bench.hot_path turns off to measure the path
+        With the C kernels (and `one_call`, which only bench.hot_path turns off to measure the path
         before it), a weight int8_linear fits is held in its order and the whole layer is one call;
         otherwise fbgemm's (or oneDNN's) packing. Either way, one copy and the same bits.
         """
         self.ops = ops
-        library = library_for_int8_linear() if whole and isinstance(ops, NativeRowOps) else None
-        self.fused = Int8Linear(weight, library) if library is not None and fits(weight) else None
-        self.packed = None if self.fused else torch.ops.quantized.linear_prepack(weight, None)
+        library = library_for_int8_linear() if one_call and isinstance(ops, NativeRowOps) else None
+        # The whole layer as one int8_linear call, or None: fbgemm with the mapping around it.
+        self.whole = Int8Linear(weight, library) if library is not None and fits(weight) else None
+        self.packed = None if self.whole else torch.ops.quantized.linear_prepack(weight, None)
         # fbgemm's packed weights (engines fbgemm and x86) take the scale given; oneDNN's have no such call.
         fbgemm = torch.backends.quantized.engine in ("fbgemm", "x86")
         self.product: Callable[[torch.Tensor, Any], torch.Tensor] = (
@@ -99,8 +102,8 @@ class RowInt8Linear(nn.Module):
 
     def weight(self) -> torch.Tensor:
         """The qint8 weight (out_features x in_features), as quantize_dynamic made it."""
-        if self.fused is not None:
-            return self.fused.weight()
+        if self.whole is not None:
+            return self.whole.weight()
         weight: torch.Tensor = torch.ops.quantized.linear_unpack(self.packed)[0]
         return weight
 
@@ -121,8 +124,8 @@ class RowInt8Linear(nn.Module):
         # the add changes no value.
         buffers = self._buffers
         row_sums, bias = buffers["row_sums"], buffers["bias"] if self.has_bias else None
-        if self.fused is not None:
-            out = self.fused(flat, row_sums, bias)  # type: ignore[arg-type]
+        if self.whole is not None:
+            out = self.whole(flat, row_sums, bias)  # type: ignore[arg-type]
         else:
             unit, low, span = self.ops.map_rows(flat)
             product = self.product(unit, self.packed)

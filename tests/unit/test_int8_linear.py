@@ -48,7 +48,7 @@ def quantized_linear(inputs: int, outputs: int, seed: int) -> tuple[torch.Tensor
 def pair(weight: torch.Tensor, bias: torch.Tensor | None) -> tuple[RowInt8Linear, RowInt8Linear]:
     """The same weight as one int8_linear call and through fbgemm with torch's operators around it."""
     ours, theirs = RowInt8Linear(weight, bias, default_row_ops()), RowInt8Linear(weight, bias, TorchRowOps())
-    assert ours.fused is not None and theirs.fused is None
+    assert ours.whole is not None and theirs.whole is None
     return ours, theirs
 
 
@@ -70,9 +70,9 @@ def test_fused_projections_and_cut_output_layers_keep_the_bits() -> None:
     ours, theirs = fuse([a for a, _ in layers]), fuse([b for _, b in layers])  # per-channel scales
     ids = torch.tensor([0, 5, 17, 200, 311, 400, 401, 402, 500, 501, 502, 503, 504, 505, 506, 511])
     with torch.inference_mode():
-        assert ours.fused is not None and same_bits(ours(x), theirs(x))
+        assert ours.whole is not None and same_bits(ours(x), theirs(x))
         cut = layers[0][0].rows(ids)
-        assert cut.fused is not None and same_bits(cut(x), layers[0][1].rows(ids)(x))
+        assert cut.whole is not None and same_bits(cut(x), layers[0][1].rows(ids)(x))
 
 
 def test_quantization_rounds_as_fbgemm_at_every_rounding_point() -> None:
@@ -107,6 +107,6 @@ def test_shapes_it_does_not_fit_keep_fbgemm() -> None:
     for inputs, outputs in ((5, 7), (512, 32000)):  # 7 outputs: no multiple of 16; the output layer
         weight, bias = quantized_linear(inputs, outputs, seed=3)
         layer = RowInt8Linear(weight, bias, default_row_ops())
-        assert layer.fused is None and layer.packed is not None
+        assert layer.whole is None and layer.packed is not None
     shifted = torch._make_per_tensor_quantized_tensor(torch.zeros(16, 4, dtype=torch.int8), 0.1, 3)
     assert not int8_linear.fits(shifted), "a zero point: fbgemm subtracts offsets int8_linear does not"
