@@ -16,7 +16,6 @@ together); FastDecoder encodes sentences into a cohort and steps any number of c
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
@@ -26,6 +25,7 @@ from torch import nn
 from handlers.handler_config import DecoderName
 from handlers.model.batching import padded_width
 from handlers.model.cross_attention import CrossMemory, WidthGroup, additive_mask
+from handlers.model.layer_step import LayerStep
 from handlers.model.projections import Projections
 from handlers.model.row_int8 import RowInt8Linear
 from handlers.model.search import (
@@ -278,50 +278,6 @@ class FastDecoder:
             hidden = layer.final_norm(hidden + layer.fc2(layer.activation(layer.fc1(hidden))))
         logits: torch.Tensor = self.output(hidden)[:, 0].float()
         return _split(logits, sizes)
-
-
-Forward = Callable[[torch.Tensor], torch.Tensor]
-
-
-@dataclass(frozen=True)
-class LayerStep:
-    """One decoder layer's modules as the step calls them: their bound forward methods.
-
-    The step calls 12 modules a layer at every position; nn.Module.__call__'s hook checks cost
-    several microseconds each, more than some layers' arithmetic for one sentence. The forward
-    methods are what __call__ runs (no hooks are registered), so every value is the same.
-    """
-
-    self_qkv: Projections
-    self_out: Forward
-    self_norm: Forward
-    cross_query: Forward
-    cross_out: Forward
-    cross_norm: Forward
-    fc1: Forward
-    activation: Forward
-    fc2: Forward
-    final_norm: Forward
-    self_scale: float
-    cross_scale: float
-
-    @classmethod
-    def of(cls, layer: Any, self_qkv: Projections) -> LayerStep:
-        own, cross = layer.self_attn, layer.encoder_attn
-        return cls(
-            self_qkv=self_qkv,
-            self_out=own.out_proj.forward,
-            self_norm=layer.self_attn_layer_norm.forward,
-            cross_query=cross.q_proj.forward,
-            cross_out=cross.out_proj.forward,
-            cross_norm=layer.encoder_attn_layer_norm.forward,
-            fc1=layer.fc1.forward,
-            activation=layer.activation_fn.forward,
-            fc2=layer.fc2.forward,
-            final_norm=layer.final_layer_norm.forward,
-            self_scale=float(own.scaling),
-            cross_scale=float(cross.scaling),
-        )
 
 
 def _self_attend(

@@ -88,7 +88,7 @@ class RowInt8Linear(nn.Module):
         library = library_for_int8_linear() if one_call and isinstance(ops, NativeRowOps) else None
         # The whole layer as one int8_linear call, or None: fbgemm with the mapping around it.
         self.whole = Int8Linear(weight, library) if library is not None and fits(weight) else None
-        self.packed = None if self.whole else torch.ops.quantized.linear_prepack(weight, None)
+        self.packed = None if self.whole is not None else torch.ops.quantized.linear_prepack(weight, None)
         # fbgemm's packed weights (engines fbgemm and x86) take the scale given; oneDNN's have no such call.
         fbgemm = torch.backends.quantized.engine in ("fbgemm", "x86")
         self.product: Callable[[torch.Tensor, Any], torch.Tensor] = (
