@@ -28,8 +28,9 @@ UNIT_SCALE = torch.tensor(1 / 127, dtype=torch.float32)
 INVERSE = float(torch.tensor(1.0) / UNIT_SCALE)
 COLUMNS, INPUTS = 16, 4  # the kernel's block of output columns, and of inputs per 32-bit lane
 # The 32,000-column output layer (16 MB of weights read every step) stays on fbgemm, whose packing
-# streams it faster: int8_linear took 0.7-1.1x fbgemm's time there, against 1.0-3.4x faster on the
-# decoder's 512-6,144-column layers (a one-off micro-benchmark, AMD EPYC 2 vCPU, 2026-11-27).
+# streams it faster: int8_linear ran at 0.96-0.99x fbgemm's speed there at 16-64 rows (1.12x for one
+# row), against 1.04-3.4x on the decoder's 512-6,144-column layers (a one-off micro-benchmark, AMD
+# EPYC 2 vCPU, 2026-11-27), and with it on the output layer greedy batches of 16 decoded at 0.84x.
 MAX_COLUMNS = 8192
 
 
