@@ -120,6 +120,10 @@ class TorchServeClient:
     def unregister(self, version: str, model: str = MODEL_NAME) -> Any:
         return self._manage("DELETE", f"/models/{model}/{version}")
 
+    def workers(self, version: str, model: str = MODEL_NAME) -> int:
+        """Workers the version has, READY or not (a synchronous register answers before READY)."""
+        return len(self.describe(model, version)[0].get("workers", []))
+
     def ready_workers(self, version: str, model: str = MODEL_NAME) -> int:
         workers = self.describe(model, version)[0].get("workers", [])
         return sum(1 for worker in workers if worker.get("status") == "READY")

@@ -99,7 +99,7 @@ def swap(
     if target.version not in client.versions():
         say(f"registering {target.archive} ({target.version}) with {workers} workers ...")
         client.register(target.archive, initial_workers=workers)  # its model config's minWorkers win
-    if client.ready_workers(target.version) < workers:
+    if client.workers(target.version) < workers:
         say(f"scaling {target.version} to {workers} workers ...")
         client.scale(target.version, workers)
     client.wait_ready(target.version, workers)

@@ -37,5 +37,5 @@ def test_health_fails_when_no_worker_can_translate_though_ping_is_healthy(
         assert said.startswith("unhealthy")
     finally:  # the session's server, as it was
         server.client.scale(version, workers)
-    assert server.client.ready_workers(version) == workers
+    server.client.wait_ready(version, workers, timeout=60)  # a synchronous scale answers just before READY
     assert health.main(check) == 0

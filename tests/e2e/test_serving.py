@@ -117,7 +117,10 @@ def test_version_swap_through_the_management_api(server: TorchServe) -> None:
     # asked, and under step a second worker would stall the first (docs/SCHEDULING.md).
     client.register("zh_en_fp32.mar", initial_workers=workers + 1)
     try:
-        assert client.ready_workers("1.0-fp32") == workers
+        # TorchServe answers a synchronous register from the worker's "loaded" event, a moment before
+        # it marks that worker READY (WorkerThread.setState notifies first): poll, then count them all.
+        client.wait_ready("1.0-fp32", workers, timeout=60)
+        assert client.workers("1.0-fp32") == workers
         assert set(client.versions()) == {"1.0-int8", "1.0-fp32"}
         assert client.default_version() == "1.0-int8"
         assert client.translate("你好", version="1.0-fp32").json()["variant"] == "fp32"
