@@ -15,6 +15,7 @@ from archive.standin import build_standin
 from archive.tatoeba import REPO_ROOT
 from handlers.zh_en_handler import TranslationHandler
 from serving.torchserve import TorchServe
+from tests.alone_decodes import AloneDecodes
 
 TINY_MODEL_DIR = REPO_ROOT / "build" / "models" / "standin-tiny"
 
@@ -43,6 +44,12 @@ def server(tiny_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     """
     with TorchServe(tiny_store, tmp_path_factory.mktemp("torchserve")) as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def alone_decodes(lively_model_dir: Path) -> AloneDecodes:
+    """The invariance tests' reference: lively sentences decoded one at a time (tests/alone_decodes.py)."""
+    return AloneDecodes(lively_model_dir)
 
 
 @pytest.fixture(scope="module")

@@ -13,31 +13,20 @@ from pathlib import Path
 
 import pytest
 
-from bench.common import sample_sentences
-from handlers.handler_config import HandlerConfig, Variant
-from handlers.model.batching import pad_batch, plan_units
-from handlers.model.decoding import RowLimits
-from handlers.model.translator import Translator
-
-SENTENCES = 200
-
-
-def decode(
-    translator: Translator, ids: list[list[int]], limits: list[RowLimits], beams: int
-) -> list[list[int]]:
-    input_ids, mask = pad_batch(ids, translator.tokenizer.pad_token_id)
-    return translator.decoder.decode(input_ids, mask, limits, beams)
+from handlers.handler_config import Variant
+from handlers.model.batching import plan_units
+from tests.alone_decodes import SENTENCES, AloneDecodes, decode, load
 
 
 @pytest.mark.parametrize("variant", ["fp32", "int8"])
-def test_a_sentence_decodes_the_same_alone_and_in_any_batch(lively_model_dir: Path, variant: Variant) -> None:
-    translator = Translator.load(lively_model_dir, HandlerConfig(variant=variant, warmup=False))
-    sentences = sample_sentences(translator.tokenizer, SENTENCES)
-    ids = translator.encode([s.source for s in sentences])
-    limits = [RowLimits(min(40, 2 * len(row) + 10)) for row in ids]
-    assert len({len(row) for row in ids}) > 10, "the sample must mix lengths"
+def test_a_sentence_decodes_the_same_alone_and_in_any_batch(
+    lively_model_dir: Path, alone_decodes: AloneDecodes, variant: Variant
+) -> None:
+    translator = load(lively_model_dir, variant)
     for beams in (1, 4):
-        alone = [decode(translator, [row], [limit], beams)[0] for row, limit in zip(ids, limits, strict=True)]
+        reference = alone_decodes(variant, beams)
+        ids, limits, alone = reference.ids, reference.limits, reference.alone
+        assert len({len(row) for row in ids}) > 10, "the sample must mix lengths"
         assert len({len(out) for out in alone}) > 3, "the model must end sentences at varied lengths"
         in_sixteens: list[list[int]] = []
         for start in range(0, SENTENCES, 16):

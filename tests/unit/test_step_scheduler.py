@@ -17,7 +17,6 @@ import pytest
 
 from bench.common import sample_sentences
 from handlers.handler_config import HandlerConfig, Variant
-from handlers.model.batching import pad_batch
 from handlers.model.decoding import FastDecoder
 from handlers.model.search import RowLimits, RunningCohort
 from handlers.model.translator import Translator
@@ -25,8 +24,7 @@ from handlers.scheduling.inline import InlineDriver
 from handlers.scheduling.partition_processes import ProcessPartitions
 from handlers.scheduling.partitions import Finished
 from handlers.scheduling.step_scheduler import SentenceKey, StepScheduler
-
-SENTENCES = 200
+from tests.alone_decodes import SENTENCES, AloneDecodes
 
 
 def scheduler(
@@ -85,14 +83,10 @@ def translator(request: pytest.FixtureRequest, lively_model_dir: Path) -> Transl
 
 @pytest.mark.parametrize(("beams", "partitions"), [(1, 1), (4, 1), (4, 2)])
 def test_a_sentence_decodes_the_same_alone_and_joined_mid_flight(
-    translator: Translator, beams: int, partitions: int
+    translator: Translator, alone_decodes: AloneDecodes, beams: int, partitions: int
 ) -> None:
-    ids = translator.encode([s.source for s in sample_sentences(translator.tokenizer, SENTENCES)])
-    limits = [RowLimits(min(40, 2 * len(row) + 10)) for row in ids]
-    alone = []
-    for row, limit in zip(ids, limits, strict=True):
-        input_ids, mask = pad_batch([row], translator.tokenizer.pad_token_id)
-        alone.append(translator.decoder.decode(input_ids, mask, [limit], beams)[0])
+    reference = alone_decodes(translator.config.variant, beams)
+    ids, limits, alone = reference.ids, reference.limits, reference.alone
     assert len({len(out) for out in alone}) > 3, "the model must end sentences at varied lengths"
 
     # One partition steps in this thread (a static worker); two are two processes stepping at once.
