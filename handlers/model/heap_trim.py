@@ -1,4 +1,4 @@
-"""Give a batch's memory back to the system once the worker is idle.
+"""Give a batch's memory back to the system once the worker is idle, and keep load-time holes out of the heap.
 
 glibc keeps what a batch frees in its heap for the next one: on the full-size int8 stand-in a
 beam-4 batch of 64 sentences left the worker at 532 MB private against 376 MB after load, and
@@ -6,29 +6,66 @@ beam-4 batch of 64 sentences left the worker at 532 MB private against 376 MB af
 that on every call under load, so it runs once the worker has had no work for `idle_seconds`:
 what a batch leaves behind is held only while more work may come.
 
-glibc only; where the C library has no malloc_trim (musl, macOS) this does nothing.
+Loading an int8 model frees about 200 MB of large temporaries (fp32 layers and their copies while
+they are quantized and repacked) between the blocks it keeps. In glibc's heap those become holes:
+trimmed, they cost nothing while idle, but under load every step's buffers land in one hole or
+another, and a step partition re-touched up to 146 MB of them (private, per partition) where fp32's
+compact heap grew by 55 MB (a one-off probe of smaps under beam-4 load, AMD EPYC, 2026-11-27).
+`allocations_outside_the_heap` gives every large allocation made while loading a mapping of its
+own, so what the load frees goes back whole and the heap holds no holes.
+
+glibc only; where the C library has no malloc_trim or mallopt (musl, macOS) this does nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 IDLE_TRIM_SECONDS = 1.0
+# mallopt's parameters (glibc's malloc.h) and the values used while loading and after.
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+LOAD_MMAP_THRESHOLD = 128 * 1024  # glibc's own starting value, held fixed while loading
+# After loading: glibc's ceiling for its own moving threshold, and twice that before the top of the
+# heap is trimmed, as glibc pairs them. Setting a threshold stops glibc moving it, so both are set.
+RUNTIME_MMAP_THRESHOLD = 32 * 1024 * 1024
+
+
+def _libc_function(name: str) -> Callable[..., int] | None:
+    library = ctypes.util.find_library("c")
+    try:
+        function: Callable[..., int] = getattr(ctypes.CDLL(library), name)
+    except (OSError, AttributeError, TypeError):
+        return None
+    return function
+
+
+@contextlib.contextmanager
+def allocations_outside_the_heap() -> Iterator[None]:
+    """While inside: each allocation of 128 KiB or more is a mapping of its own (freed, it is unmapped).
+
+    On leaving, large buffers come from the heap again, as under glibc's defaults once they have
+    grown: the decode's per-step buffers are reused there, not mapped and faulted in on every step.
+    """
+    mallopt = _libc_function("mallopt")
+    if mallopt is None:
+        yield
+        return
+    mallopt(M_MMAP_THRESHOLD, LOAD_MMAP_THRESHOLD)
+    try:
+        yield
+    finally:
+        mallopt(M_MMAP_THRESHOLD, RUNTIME_MMAP_THRESHOLD)
+        mallopt(M_TRIM_THRESHOLD, 2 * RUNTIME_MMAP_THRESHOLD)
 
 
 def malloc_trim() -> Callable[[], object] | None:
     """glibc's malloc_trim(0), or None where the C library has none."""
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name)
-        trim = libc.malloc_trim
-    except (OSError, AttributeError, TypeError):
-        return None
-    trim.argtypes = [ctypes.c_size_t]
-    return lambda: trim(0)
+    trim = _libc_function("malloc_trim")
+    return None if trim is None else lambda: trim(0)
 
 
 class IdleTrim:

@@ -25,6 +25,7 @@ from handlers.errors import OverLimit
 from handlers.handler_config import HandlerConfig
 from handlers.model.batching import pad_batch, plan_units
 from handlers.model.decoding import Decoder, RowLimits, make_decoder, release_copied_layers
+from handlers.model.heap_trim import allocations_outside_the_heap
 from handlers.model.long_sentences import fit
 from handlers.model.options import GenerationOptions
 from handlers.model.quantization import (
@@ -80,25 +81,27 @@ class Translator:
         tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
         # Long sentences are cut by handlers.model.long_sentences, never truncated: silence the warning.
         tokenizer.model_max_length = sys.maxsize
-        model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, local_files_only=True)
-        model.eval()
-        # Every call passes max_new_tokens; the model's max_length would only trigger a warning.
-        model.generation_config.max_length = None
-        parameters = sum(p.numel() for p in model.parameters())
-        if config.quantize:
-            model = quantize_int8(model, config.int8_kernels)
-            drop_weight_file_pages(model_dir)
-        info = ModelInfo(
-            source=_model_source(model_dir),
-            standin=(model_dir / STANDIN_MARKER).exists(),
-            parameters=parameters,
-            quantized_linear=count_quantized_linear(model),
-            threads=torch.get_num_threads(),
-            load_seconds=0.0,
-        )
-        decoder = make_decoder(config.decoder, model, tokenizer)
-        release_copied_layers(model, decoder)  # a server keeps no int8 weight twice
-        return_freed_heap()  # what building the decoder released (an int8 model's full output layer)
+        # What loading frees goes back whole, not as holes in the heap (handlers.model.heap_trim).
+        with allocations_outside_the_heap():
+            model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, local_files_only=True)
+            model.eval()
+            # Every call passes max_new_tokens; the model's max_length would only trigger a warning.
+            model.generation_config.max_length = None
+            parameters = sum(p.numel() for p in model.parameters())
+            if config.quantize:
+                model = quantize_int8(model, config.int8_kernels)
+                drop_weight_file_pages(model_dir)
+            info = ModelInfo(
+                source=_model_source(model_dir),
+                standin=(model_dir / STANDIN_MARKER).exists(),
+                parameters=parameters,
+                quantized_linear=count_quantized_linear(model),
+                threads=torch.get_num_threads(),
+                load_seconds=0.0,
+            )
+            decoder = make_decoder(config.decoder, model, tokenizer)
+            release_copied_layers(model, decoder)  # a server keeps no int8 weight twice
+            return_freed_heap()  # what building the decoder released (an int8 model's full output layer)
         translator = cls(model, tokenizer, config, info, decoder)
         if config.warmup:
             translator.translate(["你好。"], GenerationOptions(max_new_tokens=4))

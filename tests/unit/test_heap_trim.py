@@ -52,3 +52,36 @@ def test_a_trim_gives_back_the_holes_a_batch_leaves_in_the_heap() -> None:
         [sys.executable, "-c", HOLES], capture_output=True, text=True, check=True, cwd=REPO_ROOT
     ).stdout
     assert float(out) > 150, f"a trim gave back {float(out):.0f} MB of about 230 MB of holes"
+
+
+# A load's pattern: a large temporary (a layer's fp32 copy) freed after a kept block is made from it.
+LOAD = """
+import contextlib, ctypes, sys
+import torch
+from handlers.model.heap_trim import allocations_outside_the_heap
+
+class Info(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = Info
+kept = []
+with allocations_outside_the_heap() if sys.argv[1] == "outside" else contextlib.nullcontext():
+    for _ in range(200):
+        temporary = torch.ones(250_000)  # 1 MB
+        kept.append(torch.ones(62_500))  # 250 KB
+        del temporary
+print(libc.mallinfo2().fordblks / 2**20)  # bytes free inside the heap: its holes
+"""
+
+
+def test_what_loading_frees_leaves_no_holes_in_the_heap() -> None:
+    def holes_mb(mode: str) -> float:
+        run = [sys.executable, "-c", LOAD, mode]
+        return float(subprocess.run(run, capture_output=True, text=True, check=True, cwd=REPO_ROOT).stdout)
+
+    default, outside = holes_mb("default"), holes_mb("outside")
+    print(f"free inside the heap after a load: {default:.0f} MB by default, {outside:.0f} MB outside")
+    assert default > 100, "the pattern no longer leaves holes under glibc's defaults: the test shows nothing"
+    assert outside < 10
