@@ -24,6 +24,7 @@ import ctypes
 import ctypes.util
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 IDLE_TRIM_SECONDS = 1.0
 # mallopt's parameters (glibc's malloc.h) and the values used while loading and after.
@@ -34,12 +35,14 @@ LOAD_MMAP_THRESHOLD = 128 * 1024  # glibc's own starting value, held fixed while
 RUNTIME_MMAP_THRESHOLD = 32 * 1024 * 1024
 
 
-def _libc_function(name: str) -> Callable[..., int] | None:
+def _libc_function(name: str, *arguments: type) -> Any:
+    """The C library's function `name` with its argument types set, or None where it has none."""
     library = ctypes.util.find_library("c")
     try:
-        function: Callable[..., int] = getattr(ctypes.CDLL(library), name)
+        function = getattr(ctypes.CDLL(library), name)
     except (OSError, AttributeError, TypeError):
         return None
+    function.argtypes = list(arguments)
     return function
 
 
@@ -50,7 +53,7 @@ def allocations_outside_the_heap() -> Iterator[None]:
     On leaving, large buffers come from the heap again, as under glibc's defaults once they have
     grown: the decode's per-step buffers are reused there, not mapped and faulted in on every step.
     """
-    mallopt = _libc_function("mallopt")
+    mallopt = _libc_function("mallopt", ctypes.c_int, ctypes.c_int)
     if mallopt is None:
         yield
         return
@@ -64,7 +67,7 @@ def allocations_outside_the_heap() -> Iterator[None]:
 
 def malloc_trim() -> Callable[[], object] | None:
     """glibc's malloc_trim(0), or None where the C library has none."""
-    trim = _libc_function("malloc_trim")
+    trim = _libc_function("malloc_trim", ctypes.c_size_t)
     return None if trim is None else lambda: trim(0)
 
 
