@@ -14,6 +14,7 @@ import torch
 from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
 
+from handlers.model.heap_trim import malloc_trim
 from handlers.model.row_int8 import RowInt8Embedding, RowInt8Linear
 
 _MAP_LINE = re.compile(r"^[0-9a-f]+-[0-9a-f]+ ")
@@ -124,11 +125,9 @@ def return_freed_heap() -> None:
     while quantize_int8 runs).
     """
     gc.collect()
-    libc_name = ctypes.util.find_library("c")
-    if libc_name:
-        libc = ctypes.CDLL(libc_name)
-        if hasattr(libc, "malloc_trim"):  # glibc only
-            libc.malloc_trim(0)
+    trim = malloc_trim()  # None where the C library has none (glibc only)
+    if trim is not None:
+        trim()
 
 
 def count_quantized_linear(model: nn.Module) -> int:
