@@ -112,8 +112,13 @@ lint: $(DEV)
 	$(BIN)/mypy
 	$(BIN)/hadolint Dockerfile
 
+# Two processes (pytest-xdist; tests/conftest.py keeps each module in one), then the tests that assert
+# wall-clock bounds (marked `timed`) alone, so the other process cannot slow them.
+TEST_PROCESSES ?= 2
+QUICK_LOOP := not soak and not bench_check and not image
 test: lint java nginx chromium
-	$(BIN)/python -m pytest -q --durations=15
+	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES) --dist loadgroup --no-loadscope-reorder -m '$(QUICK_LOOP) and not timed' --durations=15
+	$(BIN)/python -m pytest -q -m '$(QUICK_LOOP) and timed' --durations=5
 
 bench: archives java $(DEV)
 	$(BIN)/python -m bench.run_all
@@ -142,7 +147,7 @@ soak: $(DEV) java nginx
 	$(BIN)/python -m pytest -q -m soak --durations=10
 
 bench-check: $(DEV) java
-	$(BIN)/python -m pytest -q -m bench_check --durations=10
+	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES) --dist loadgroup --no-loadscope-reorder -m bench_check --durations=10
 
 swap: $(RUNTIME)
 	@test -n "$(TO)" || { echo "usage: make swap TO=1.0-fp32 (a version) or TO=zh_en_fp32.mar (an archive)"; exit 2; }

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -125,7 +126,11 @@ def _run_archiver(spec: ArchiveSpec, package_root: Path, export: Path) -> None:
         "zip-store",
         "--force",
     ]
-    subprocess.run(command, check=True)
+    # The archiver stages the files in $TMPDIR/<model name>, removing it first: two builds at once
+    # (`make test` runs two processes) would empty each other's. Each gets its own, in `export`'s tree.
+    staging = export.with_name("archiver-tmp")
+    staging.mkdir(exist_ok=True)
+    subprocess.run(command, check=True, env={**os.environ, "TMPDIR": str(staging)})
 
 
 def _glossary(spec: ArchiveSpec) -> list[Path]:

@@ -20,6 +20,7 @@ import sentencepiece as spm
 import torch
 from transformers import GenerationConfig, MarianConfig, MarianMTModel, MarianTokenizer
 
+from archive.exclusive import exclusive
 from archive.tatoeba import DEFAULT_TEST_FILE, read_blocks
 from handlers.model.translator import STANDIN_MARKER, STANDIN_NOTICE
 
@@ -71,8 +72,13 @@ def build_standin(
     """Write a loadable model directory to out_dir; reuse it when already built with the same recipe."""
     recipe = {"format": FORMAT_VERSION, "size": size, "seed": seed, "corpus": test_file.name}
     marker = out_dir / STANDIN_MARKER
-    if marker.exists() and json.loads(marker.read_text()).get("recipe") == recipe:
-        return out_dir
+    with exclusive(out_dir.parent):  # two test processes may ask for it at once; the marker is written last
+        if not (marker.exists() and json.loads(marker.read_text()).get("recipe") == recipe):
+            _build(out_dir, size, seed, test_file, recipe)
+    return out_dir
+
+
+def _build(out_dir: Path, size: Size, seed: int, test_file: Path, recipe: dict[str, str | int]) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     blocks = read_blocks(test_file)
     _train_spm([b.source for b in blocks], out_dir / "source.spm", seed)
@@ -98,8 +104,8 @@ def build_standin(
     )
     model.save_pretrained(out_dir)
     name = f"offline stand-in for opus-mt-zh-en ({size}, random weights)"
+    marker = out_dir / STANDIN_MARKER
     marker.write_text(json.dumps({"name": name, "notice": STANDIN_NOTICE, "recipe": recipe}, indent=2) + "\n")
-    return out_dir
 
 
 def _train_spm(lines: list[str], path: Path, seed: int) -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from archive.exclusive import exclusive
 from bench.common import MODELS_DIR
 
 CACHE_DIR = MODELS_DIR.parent / "ct2"
@@ -72,8 +73,13 @@ def cached(model_dir: Path, cache_dir: Path = CACHE_DIR) -> Path | None:
 def convert(model_dir: Path, cache_dir: Path = CACHE_DIR) -> Path:
     """The converted int8 model directory, converting only when the cache has none for these weights."""
     target = cache_dir / f"{model_dir.name}-{cache_key(model_dir)}"
-    if (target / "model.bin").exists():
-        return target
+    with exclusive(cache_dir):  # two test processes may convert the same weights at once
+        if not (target / "model.bin").exists():
+            _convert(model_dir, cache_dir, target)
+    return target
+
+
+def _convert(model_dir: Path, cache_dir: Path, target: Path) -> None:
     from ctranslate2.converters import TransformersConverter
 
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -95,7 +101,6 @@ def convert(model_dir: Path, cache_dir: Path = CACHE_DIR) -> Path:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         vmap.unlink(missing_ok=True)
-    return target
 
 
 def write_target_side_vmap(model_dir: Path, path: Path) -> Path:

@@ -5,10 +5,12 @@ Chained so each expensive thing is made once per session: model dir -> archives 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _pytest.nodeid import NodeId  # pytest 9's node id: see pytest_collection_modifyitems
 
 from archive.build import ArchiveSpec, build_archive, model_digest
 from archive.standin import build_standin
@@ -18,6 +20,54 @@ from serving.torchserve import TorchServe
 from tests.alone_decodes import AloneDecodes
 
 TINY_MODEL_DIR = REPO_ROOT / "build" / "models" / "standin-tiny"
+# Session fixtures worth making once: the modules that use one run in one pytest-xdist process.
+SHARED_FIXTURES = ("alone_decodes", "shared_fleet")
+# Groups of a minute or more (docs/TESTING.md), handed out first so that neither process is left
+# with one of them while the other has nothing to do; the rest keep their order.
+LONGEST_FIRST = (
+    "tests/e2e/test_bench_quick.py",
+    "tests/unit/test_decoding.py",
+    "alone_decodes",
+    "tests/e2e/test_batch_ray.py",
+    "tests/e2e/test_fleet_service.py",
+    "tests/e2e/test_step_scheduling.py",
+    "tests/unit/test_int8_kernels.py",
+    "tests/e2e/test_bench_batch.py",
+    "tests/unit/test_batch.py",
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which finds no xdist_group marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under `--dist loadgroup` (`make test` runs two processes): each module is one group, so its
+    fixtures are made once; modules that share a costly session fixture (SHARED_FIXTURES) share a
+    group, and the longest groups come first (with --no-loadscope-reorder, in this order)."""
+    if not config.getoption("loadgroup", default=False):  # what xdist sets in its workers for loadgroup
+        return
+    groups: dict[Path, str] = {}
+    for item in items:
+        shared = [name for name in SHARED_FIXTURES if name in getattr(item, "fixturenames", ())]
+        if shared or item.path not in groups:
+            groups[item.path] = shared[0] if shared else str(item.path.relative_to(REPO_ROOT))
+    for item in items:
+        # xdist schedules by node id and reads a group after its last "@". It writes `_nodeid`,
+        # which pytest 9 no longer reads (a node's id is `_id`), so the group is set here.
+        item._id = NodeId.parse(f"{_own_node_id(item)}@{groups[item.path]}")
+    repeated = [node for node, count in Counter(item.nodeid for item in items).items() if count > 1]
+    if repeated:
+        raise pytest.UsageError(f"items share a node id, so xdist would run one of each: {repeated}")
+    rank = {group: index for index, group in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(groups[item.path], len(rank)))  # stable: the rest keep their order
+
+
+def _own_node_id(item: pytest.Item) -> str:
+    """The item's node id, with its parameters where the plugin that made it left them out:
+    schemathesis names each API operation's item (`test_x[POST /ping]`) but gives every one the
+    test's id, and xdist, which schedules by id, ran one operation of each such test."""
+    base = item.nodeid.rpartition("::")[2]
+    if item.name != base and item.name.startswith(f"{base}["):
+        return item.nodeid[: -len(base)] + item.name
+    return item.nodeid
 
 
 @pytest.fixture(scope="session")

@@ -157,6 +157,7 @@ def test_healthz_needs_no_key_and_reflects_whether_a_replica_translates(fleet: F
     assert requests.get(f"{fleet.door.url}/healthz", timeout=30).status_code == 200
 
 
+@pytest.mark.timed  # counts probes per second of wall clock: run alone
 def test_a_flood_of_health_checks_runs_one_probe_per_interval(fleet: Fleet) -> None:
     """240 health checks from 8 clients over about 3 s: the replica translates a probe about once a
     second (a result is reused for 1-2 s: nginx counts cache time in whole seconds), not 240 times."""

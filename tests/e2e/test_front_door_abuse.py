@@ -22,7 +22,7 @@ import requests
 from serving.front_door import FrontDoor
 from tests.e2e.conftest_fleet import Stub, front_door
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timed]  # wall-clock bounds: run alone
 
 BUDGET_S = 1.0  # per adversarial request; the linear-time code takes milliseconds
 N = 120_000  # characters: each body stays under the 128 KiB limit

@@ -19,7 +19,7 @@ from serving.swap import archive_workers
 from serving.torchserve import TorchServe
 from tests.e2e.stopping_clients import Clients
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timed]  # wall-clock bounds: run alone
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:

@@ -50,6 +50,8 @@ def step_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     top = {"continuousBatching": True, "minWorkers": 1, "maxWorkers": 1}
     store, mar = archive_with("int8", tiny_model_dir, workdir, STEP, top)
     with TorchServe(store, workdir / "torchserve", models=[mar]) as running:
+        # /ping answers before the worker has loaded: a module's first test would time the load.
+        running.client.wait_ready(running.client.default_version(), workers=1)
         yield running
 
 
@@ -258,6 +260,7 @@ def test_a_killed_partition_is_replaced_and_partitions_die_with_their_worker(ste
     assert step_server.client.translate(DOCUMENT, sentences=True).status_code == 200
 
 
+@pytest.mark.timed  # a 5 s bound per answer: run alone
 def test_answered_requests_do_not_pile_up_on_a_keep_alive_connection(step_server: TorchServe) -> None:
     """TorchServe resends a continuous-batching request until its last chunk says so or its
     connection closes: more answers than a call may hold (batchSize 64 in the shipped yaml) over one

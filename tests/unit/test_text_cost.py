@@ -25,6 +25,7 @@ from tests.adversarial import ENTRIES, LINE_BREAKS, MAX_CHARS, cases
 from tests.examples import examples
 from tests.fuzz_text import campaign, run_entry
 
+pytestmark = pytest.mark.timed  # wall-clock budgets: run alone
 SRT_CUE = "1\n00:00:01,000 --> 00:00:02,000\n"
 
 
