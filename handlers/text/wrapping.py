@@ -35,6 +35,9 @@ _TOKEN = re.compile(r"(?i)zx\s?(\d+)")
 # table row, a fence or an HTML block in Markdown, or a second speaker (a dash, a WebVTT voice) in a
 # subtitle: no cut puts a word there.
 _STARTS_MARKUP = re.compile(r"[-‐–—+*#>=|`~<]|\d{1,9}[.)](?:\s|$)")
+# A last line that is only a number ("3", "3.5") reads as the next cue's number to SRT readers
+# (srt.SRT_REGEX lets a blank line stand between a cue's number and its timing): no cut leaves one.
+_CUE_NUMBER = re.compile(r"-?[0-9]+\.?[0-9]*\s*")
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,8 @@ def _cut_points(text: str) -> list[tuple[int, int]]:
 
 
 def _may_start_line(text: str, position: int, spans: Sequence[str]) -> bool:
+    if _CUE_NUMBER.fullmatch(text, position):
+        return False
     token = _TOKEN.match(text, position)
     if token and 1 <= int(token.group(1)) <= len(spans):  # the line would open with this span
         return (

@@ -7,6 +7,7 @@ SRT coordinates, WebVTT identifiers, settings, NOTE/STYLE/REGION blocks, styling
 from __future__ import annotations
 
 import pytest
+import srt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from webvtt.vtt import _iter_blocks_of_lines
@@ -121,6 +122,16 @@ def test_vtt_blocks_are_cut_as_webvtt_py_cuts_them(text: str) -> None:
     ours = [[text[slice(*line)] for line in block] for block in _blocks(text, lines)]
     theirs = list(_iter_blocks_of_lines([text[slice(*line)] for line in lines]))
     assert ours == theirs
+
+
+def test_no_cut_leaves_a_number_alone_on_a_cues_last_line() -> None:
+    """Found by test_a_translation_changes_cue_text_only: the tag of "<i>3.5" went to the line
+    above and "3.5" alone ended the cue, which SRT readers took as the next cue's number."""
+    text = "1\n00:00:00,000 --> 00:00:00,000\n你好\nHello\n<i>3.5\n\n00:00:00,000 --> 00:00:00,000\n你好"
+    output = translated(text, "srt")
+    assert [cue.index for cue in srt.parse(output)] == [cue.index for cue in srt.parse(text)] == [1, None]
+    assert [cue.content.endswith("3.5") for cue in srt.parse(output)] == [True, False]
+    assert skeleton(subtitle_parts(output, "srt")) == skeleton(subtitle_parts(text, "srt"))
 
 
 SRT = (
