@@ -162,6 +162,8 @@ def _bodies(size: int) -> Iterator[tuple[str, str]]:
     yield "openers then one closer", fill("《你", size - 1) + "》"
     yield "openers then closers of another pair", fill("(", half, head="你") + fill("》", size - half)
     yield "straight quotes around terminators", fill('"a." ', size, head="你")
+    # A wrapped line's cut before a digit run: a backtracking number pattern made it quadratic.
+    yield "a digit run after a space, on a second line", fill("1", size - 1, head="你好\na ") + "x"
 
 
 def _srt(body: str) -> str:

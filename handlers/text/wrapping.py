@@ -37,7 +37,7 @@ _TOKEN = re.compile(r"(?i)zx\s?(\d+)")
 _STARTS_MARKUP = re.compile(r"[-‐–—+*#>=|`~<]|\d{1,9}[.)](?:\s|$)")
 # A last line that is only a number ("3", "3.5") reads as the next cue's number to SRT readers
 # (srt.SRT_REGEX lets a blank line stand between a cue's number and its timing): no cut leaves one.
-_CUE_NUMBER = re.compile(r"-?[0-9]+\.?[0-9]*\s*")
+_CUE_NUMBER = re.compile(r"-?[0-9]++(?:\.[0-9]*+)?\s*+")  # possessive: no backtracking over a digit run
 
 
 @dataclass(frozen=True)
