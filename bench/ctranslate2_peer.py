@@ -82,7 +82,6 @@ def convert(model_dir: Path, cache_dir: Path = CACHE_DIR) -> Path:
 def _convert(model_dir: Path, cache_dir: Path, target: Path) -> None:
     from ctranslate2.converters import TransformersConverter
 
-    cache_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=cache_dir))
     vmap = staging.with_suffix(".vmap")  # beside staging: the converter empties its output directory
     try:  # convert beside the cache entry, then rename: an interrupted conversion leaves no entry
