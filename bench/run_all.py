@@ -12,6 +12,7 @@ runs cold.
     python -m bench.run_all --loads int8:4:100 int8-generate:4:100   # only these Locust runs
     python -m bench.run_all --loads int8:4:100 libretranslate:4:100 libretranslate-tuned:4:100
         # ours beside LibreTranslate as shipped and tuned (bench.libretranslate_peer; beam 4 only)
+    python -m bench.run_all --quick --steps quality latency   # only these steps, then the report
 
 Every step prints progress to stderr; results land in bench/results/ (or --results-dir).
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,9 +75,17 @@ QUICK = Plan(
     ],
 )
 SERVERS = ("int8", "fp32", "int8-generate")
+# The steps before the report, which always runs last and renders whatever results the directory holds.
+STEP_TITLES = {
+    "quality": "quality (sacrebleu)",
+    "latency": "latency ladder",
+    "load": "load (Locust)",
+    "mixed": "admission: at any step (shipped) against at batch boundaries (Locust, paced, streaming)",
+    "batch": "batch prediction: the batch job in process and on Ray local",
+}
+STEP_NAMES = tuple(STEP_TITLES)
 # Served peers, after ours in the same run: LibreTranslate as shipped and tuned, at its beam 4.
 PEERS = tuple(libretranslate_peer.SETTINGS)
-STEPS = 6
 say = Progress("run_all")
 
 
@@ -84,6 +94,13 @@ def main(argv: list[str] | None = None) -> int:
     cli.parser.add_argument("--quick", action="store_true")
     cli.parser.add_argument(
         "--loads", nargs="+", type=parse_load, metavar="SERVER:BEAMS:USERS", help="only these Locust runs"
+    )
+    cli.parser.add_argument(
+        "--steps",
+        nargs="+",
+        choices=STEP_NAMES,
+        default=list(STEP_NAMES),
+        help="only these steps (all by default)",
     )
     args = cli.parse(argv)
     plan = QUICK if args.quick else FULL
@@ -96,25 +113,45 @@ def main(argv: list[str] | None = None) -> int:
         run_loads(args.loads, plan.duration, model_dir, results, cli.command)
         return 0
 
-    _step(1, "quality (sacrebleu)")
-    bleu.main(["--published", "--results-dir", str(results)])
-    limit = str(plan.bleu_limit)
-    with tempfile.TemporaryDirectory(prefix="zh_en_bleu_") as workdir:  # the test set through the batch job
-        store, archive = archive_with("int8", model_dir, Path(workdir), {})
-        bleu.main(["--archive", str(store / archive), "--limit", limit, "--results-dir", str(results)])
-    _step(2, "latency ladder")
-    latency.main(["--model", str(model_dir), *plan.latency_args, "--results-dir", str(results)])
-    _step(3, "load (Locust)")
-    run_loads(plan.loads, plan.duration, model_dir, results, cli.command)
-    _step(4, "admission: at any step (shipped) against at batch boundaries (Locust, paced, streaming)")
-    mixed.main(["--model", str(model_dir), *plan.mixed_args, "--results-dir", str(results)])
-    _step(5, "batch prediction: the batch job in process and on Ray local (beside step 3's server)")
     quick = ["--quick"] if plan is QUICK else []
-    batch_throughput.main(["--model", str(model_dir), *quick, "--results-dir", str(results)])
-    _step(6, "report")
+    runs: dict[str, Callable[[], object]] = {
+        "quality": lambda: run_quality(plan, model_dir, results),
+        "latency": lambda: latency.main(
+            ["--model", str(model_dir), *plan.latency_args, "--results-dir", str(results)]
+        ),
+        "load": lambda: run_loads(plan.loads, plan.duration, model_dir, results, cli.command),
+        "mixed": lambda: mixed.main(
+            ["--model", str(model_dir), *plan.mixed_args, "--results-dir", str(results)]
+        ),
+        "batch": lambda: batch_throughput.main(
+            ["--model", str(model_dir), *quick, "--results-dir", str(results)]
+        ),
+    }
+    steps = [name for name in STEP_NAMES if name in args.steps]
+    for number, name in enumerate(steps, start=1):
+        say(f"== step {number}/{len(steps) + 1}: {STEP_TITLES[name]}")
+        runs[name]()
+    say(f"== step {len(steps) + 1}/{len(steps) + 1}: report")
     report.main(["--results-dir", str(results)])
     say(f"bench finished in {time.monotonic() - started:.0f}s")
     return 0
+
+
+def run_quality(plan: Plan, model_dir: Path, results: Path) -> None:
+    """The published outputs' BLEU and chrF, then the test set through the batch job on the int8 archive."""
+    bleu.main(["--published", "--results-dir", str(results)])
+    with tempfile.TemporaryDirectory(prefix="zh_en_bleu_") as workdir:
+        store, archive = archive_with("int8", model_dir, Path(workdir), {})
+        bleu.main(
+            [
+                "--archive",
+                str(store / archive),
+                "--limit",
+                str(plan.bleu_limit),
+                "--results-dir",
+                str(results),
+            ]
+        )
 
 
 def run_loads(
@@ -170,10 +207,6 @@ def _server_archive(name: str, model_dir: Path, workdir: Path) -> tuple[Path, st
         handler, top = {**SCHEDULERS["static"][0], "decoder": decoder}, SCHEDULERS["static"][1]
     say(f"building {MODEL_NAME}_{variant}.mar with {handler} {top}")
     return archive_with(variant, model_dir, workdir, handler, top)
-
-
-def _step(number: int, name: str) -> None:
-    say(f"== step {number}/{STEPS}: {name}")
 
 
 if __name__ == "__main__":

@@ -25,7 +25,8 @@ SHARED_FIXTURES = ("alone_decodes", "shared_fleet")
 # Groups of a minute or more (docs/TESTING.md), handed out first so that neither process is left
 # with one of them while the other has nothing to do; the rest keep their order.
 LONGEST_FIRST = (
-    "tests/e2e/test_bench_quick.py",
+    "tests/e2e/test_bench_quick.py",  # make bench-check: the quick bench's two halves
+    "tests/e2e/test_bench_quick_serving.py",
     "tests/unit/test_decoding.py",
     "alone_decodes",
     "tests/e2e/test_batch_ray.py",

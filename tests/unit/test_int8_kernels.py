@@ -3,8 +3,8 @@ choice of engine is what the config asks.
 
 The engine is process-wide, so oneDNN is loaded in a spawned child of its own. On the lively tiny
 stand-in, 64 test sentences alone and in batches of 16, greedy and beam 4. Against fbgemm it may
-differ in the last bit of some outputs (handlers.model.quantization.int8_kernels): measured, not
-asserted, and printed.
+differ in the last bit of some outputs (handlers.model.quantization.int8_kernels), so its ids are
+not compared with fbgemm's (tests/unit/test_batch_invariance.py holds fbgemm to the same property).
 """
 
 from __future__ import annotations
@@ -58,14 +58,12 @@ def in_child(model_dir: Path, kernels: Int8Kernels) -> dict[str, Any]:
 
 @pytest.mark.skipif("onednn" not in torch.backends.quantized.supported_engines, reason="no oneDNN engine")
 def test_a_sentence_decodes_the_same_alone_and_in_batches_under_onednn(lively_model_dir: Path) -> None:
-    onednn, fbgemm = in_child(lively_model_dir, "onednn"), in_child(lively_model_dir, "fbgemm")
-    assert (onednn["engine"], fbgemm["engine"]) == ("onednn", "fbgemm")
+    onednn = in_child(lively_model_dir, "onednn")
+    assert onednn["engine"] == "onednn"
     for beams in (1, 4):
         alone, batched = onednn[f"alone {beams}"], onednn[f"batched {beams}"]
         differ = [i for i in range(SENTENCES) if alone[i] != batched[i]]
         assert differ == [], f"oneDNN, beam {beams}: batches of 16 change sentences {differ[:8]}"
-        other = sum(a != b for a, b in zip(alone, fbgemm[f"alone {beams}"], strict=True))
-        print(f"beam {beams}: {other} of {SENTENCES} sentences differ between oneDNN and fbgemm")
 
 
 def test_the_engine_is_the_one_asked_for() -> None:

@@ -1,0 +1,71 @@
+"""`make bench-quick`'s serving half on the tiny stand-in (test_bench_quick.py has the other half and
+says why it is cut in two): the Locust loads against our three servers, bench.mixed's two admission
+policies and the batch job, each signed, then the report and its plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import run_all
+
+pytestmark = [pytest.mark.e2e, pytest.mark.bench_check]  # `make bench-check`
+
+
+def test_quick_load_mixed_and_batch_steps_write_results_report_and_plots(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    # Every server in the run packs its own cache-off archive from --model.
+    args = ["--quick", "--model", str(tiny_model_dir), "--steps", "load", "mixed", "batch"]
+    assert run_all.main([*args, "--results-dir", str(tmp_path)]) == 0
+    names = {path.name for path in tmp_path.iterdir()}
+    assert {
+        "load-int8-greedy-u4.json",
+        "load-fp32-greedy-u4.json",
+        "load-int8-generate-greedy-u4.json",
+        "README.md",
+    } <= names
+    assert {"fp32_vs_int8.png", "mixed.json", "batch_throughput.json"} <= names
+    assert not any(name.startswith(("bleu-", "latency")) for name in names), names
+    for server, variant, decoder in (
+        ("int8", "int8", "fast"),
+        ("fp32", "fp32", "fast"),
+        ("int8-generate", "int8", "generate"),
+    ):
+        load = json.loads((tmp_path / f"load-{server}-greedy-u4.json").read_text())
+        assert load["requests"] > 0 and load["failures"] == 0
+        assert (load["variant"], load["decoder"]) == (variant, decoder)
+        # Locust runs are signed with the run that started them; every other step with its own line.
+        assert (
+            load["signature"]["command"]
+            == f"python -m bench.run_all {' '.join(args)} --results-dir {tmp_path}"
+        )
+    assert_mixed_ran(tmp_path)
+    report = (tmp_path / "README.md").read_text()
+    assert "offline stand-in" in report and "## Load (Locust" in report and "## Schedulers" in report
+    assert "![fp32_vs_int8](fp32_vs_int8.png)" in report
+
+
+def assert_mixed_ran(results: Path) -> None:
+    """bench.mixed: both policies under Locust, the streamed document, the targets, table and plot."""
+    result = json.loads((results / "mixed.json").read_text())
+    for name in ("static", "step"):
+        figures = result["schedulers"][name]
+        assert figures["interactive"]["requests"] > 0 and figures["interactive"]["failures"] == 0
+        assert figures["uniform_beam1"]["failures"] == 0
+        assert figures["idle"]["document_first_ms"] <= figures["idle"]["document_whole_ms"]
+    # step streams the document: a line per sentence (12 or more), then the whole response.
+    assert result["schedulers"]["step"]["idle"]["document_lines"] >= 12 + 1
+    assert result["schedulers"]["static"]["idle"]["document_lines"] == 1
+    assert {
+        "paced_p95_beside_documents_at_most_1.5x_alone",
+        "interactive_rps_held",
+        "documents_complete_without_failures",
+        "serving_overhead_at_most_10ms",
+        "uniform_beam1_at_least_1.0x_static_no_failures",
+    } == set(result["targets"]["step_targets"])  # issue 26's, at the quick run's one beam count
+    assert result["in_process_one_sentence_ms"] > 0
+    assert {"serving_overhead_ms"} <= set(result["targets"]["step"]) & set(result["targets"]["static"])
+    assert "bench.mixed" in (results / "mixed.md").read_text() and (results / "mixed.png").stat().st_size > 0
