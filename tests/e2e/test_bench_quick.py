@@ -1,5 +1,5 @@
 """`make bench-quick` on the tiny stand-in, in two halves that `make bench-check` runs side by side
-(about three minutes each, against over five for the whole): each runs its steps of `python -m
+(183 and 225 s in one run, against 326 s for the whole as one test): each runs its steps of `python -m
 bench.run_all --quick`, then the report, and the results, report and plots appear. This module: the
 quality and latency steps; test_bench_quick_serving.py: the Locust loads, bench.mixed and the batch job."""
 
