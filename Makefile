@@ -33,6 +33,12 @@ help:
 TORCH_SPEC ?= torch==2.13.0$(if $(filter x86_64,$(shell uname -m)),+cpu,)
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 RUNTIME := $(VENV)/.runtime
+# Everything but torch goes in with uv (pip installs it): about a minute where pip takes three, bytecode
+# included, which a host with PYTHONDONTWRITEBYTECODE set would otherwise recompile in every process.
+# uv reads no pip.conf: where it cannot reach PyPI (a mirror only pip is set up for), pip installs instead.
+UV_SPEC := uv==0.13.9
+install = { test -x $(BIN)/uv || $(BIN)/pip install --quiet $(UV_SPEC); } \
+  && $(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode $(1) || $(BIN)/pip install --quiet $(1)
 DEV := $(VENV)/.dev
 
 # Runtime only: what `make serve`, the image and `make fleet` need.
@@ -40,12 +46,12 @@ $(RUNTIME): pyproject.toml
 	@$(PYTHON) scripts/check_python.py
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python scripts/install_torch.py --spec '$(TORCH_SPEC)' --index $(TORCH_INDEX)
-	$(BIN)/pip install --quiet -e .
+	$(call install,-e .)
 	touch $@
 
 # Everything `make test`, `make bench` and `make layout` need on top.
 $(DEV): $(RUNTIME)
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(call install,-e '.[dev]')
 	touch $@
 
 venv: $(DEV)
@@ -53,7 +59,7 @@ venv: $(DEV)
 # Batch prediction's engine (Ray Data), apart from the runtime: the serving image never installs it.
 BATCH := $(VENV)/.batch
 $(BATCH): $(RUNTIME)
-	$(BIN)/pip install --quiet -e '.[batch]'
+	$(call install,-e '.[batch]')
 	touch $@
 
 # TorchServe's frontend needs Java 17; install it where missing (Debian/Ubuntu, as root).

@@ -122,7 +122,7 @@ def test_ray_is_an_extra_the_serving_install_leaves_out() -> None:
     assert project["optional-dependencies"]["batch"] == ["ray[data]==2.60.0"]
     assert "zh-en-torchserve[batch]" in project["optional-dependencies"]["dev"]
     makefile = (REPO_ROOT / "Makefile").read_text()
-    assert "$(BIN)/pip install --quiet -e .\n" in makefile  # the runtime (make archives, the image)
+    assert "$(call install,-e .)\n" in makefile  # the runtime (make archives, the image)
     assert "RUN make archives" in (REPO_ROOT / "Dockerfile").read_text()
 
 
