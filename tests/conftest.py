@@ -33,7 +33,6 @@ LONGEST_FIRST = (
     "tests/e2e/test_fleet_service.py",
     "tests/e2e/test_step_scheduling.py",
     "tests/unit/test_int8_kernels.py",
-    "tests/e2e/test_bench_batch.py",
     "tests/unit/test_batch.py",
 )
 

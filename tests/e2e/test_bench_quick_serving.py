@@ -1,6 +1,7 @@
 """`make bench-quick`'s serving half on the tiny stand-in (test_bench_quick.py has the other half and
 says why it is cut in two): the Locust loads against our three servers, bench.mixed's two admission
-policies and the batch job, each signed, then the report and its plots."""
+policies and bench.batch_throughput's runs (in process and on a real local Ray), each signed, then
+the report and its plots. Not timed: figures are the bench's job."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import run_all
+from bench import batch_throughput, run_all
 
 pytestmark = [pytest.mark.e2e, pytest.mark.bench_check]  # `make bench-check`
 
@@ -43,6 +44,7 @@ def test_quick_load_mixed_and_batch_steps_write_results_report_and_plots(
             == f"python -m bench.run_all {' '.join(args)} --results-dir {tmp_path}"
         )
     assert_mixed_ran(tmp_path)
+    assert_batch_ran(tmp_path, tiny_model_dir)
     report = (tmp_path / "README.md").read_text()
     assert "offline stand-in" in report and "## Load (Locust" in report and "## Schedulers" in report
     assert "![fp32_vs_int8](fp32_vs_int8.png)" in report
@@ -69,3 +71,17 @@ def assert_mixed_ran(results: Path) -> None:
     assert result["in_process_one_sentence_ms"] > 0
     assert {"serving_overhead_ms"} <= set(result["targets"]["step"]) & set(result["targets"]["static"])
     assert "bench.mixed" in (results / "mixed.md").read_text() and (results / "mixed.png").stat().st_size > 0
+
+
+def assert_batch_ran(results: Path, model_dir: Path) -> None:
+    """bench.batch_throughput: every run translated every sentence, and the result is signed."""
+    result = json.loads((results / "batch_throughput.json").read_text())
+    assert result["standin"] is True and result["output_lengths"].startswith("reference lengths")
+    assert set(result["runs"]) == {"in_process", "ray_one_actor", "ray_per_core"}
+    assert {run["sentences"] for run in result["runs"].values()} == {batch_throughput.QUICK_SENTENCES}
+    assert result["shards"] > 1 and set(result["ratios"]) == {
+        "ray_one_actor_vs_in_process",
+        "ray_per_core_vs_in_process",
+    }
+    command = f"python -m bench.batch_throughput --model {model_dir} --quick --results-dir {results}"
+    assert result["signature"]["command"] == command
