@@ -36,7 +36,8 @@ def test_the_venv_asks_for_the_cpu_build_which_no_cuda_wheel_can_satisfy() -> No
 def test_serving_installs_runtime_dependencies_only() -> None:
     for target in ("archives", "serve", "fleet"):
         commands = dry_run(target)
-        assert "pip install --python /nonexistent/venv/bin/python --quiet --compile-bytecode -e . ||" in commands
+        uv = "uv pip install --python /nonexistent/venv/bin/python --quiet --compile-bytecode -e . ||"
+        assert uv in commands, target
         assert "pip install --quiet -e .\n" in commands, target  # pip, where uv cannot reach PyPI
         assert ".[dev]" not in commands, target
     assert "-e '.[dev]'" in dry_run("test")
