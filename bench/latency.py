@@ -23,6 +23,8 @@ converts the model at bench time, cached under build/ct2/); they need the `bench
 ctranslate2, are left out with a message where it is missing, and --no-peer leaves them out.
 Each in-process rung runs in its own spawned process, so its memory is its own: RSS after load + gc
 and the process's peak RSS (for int8 the peak includes the fp32 weights loaded before quantizing).
+--quick (a smoke run) forks the rungs from one process that imported the bench instead, so their
+RSS figures are not their own, and the result's notes say so.
 On the offline stand-in every output is forced to its reference translation's token length (a
 batch: its longest), so timings transfer to the real model; a real model decodes naturally.
 Writes <results-dir>/latency.json and prints a markdown table; progress goes to stderr.
@@ -55,6 +57,7 @@ FIXED_LENGTH = 128
 BATCH = 16
 WARMUP = 2
 QUICK_SENTENCES = 16  # one full batch for rungs 4 and 7
+QUICK_NOTE = "--quick: rungs forked from one process that imported the bench, so RSS is not each rung's own."
 say = Progress("latency")
 
 
@@ -247,11 +250,25 @@ def _generate_fixed(translator: Any, ids: list[list[int]], option: Any) -> None:
     translator.tokenizer.batch_decode(output, skip_special_tokens=True)
 
 
+def rung_processes(quick: bool) -> Any:
+    """How each in-process rung gets its process: spawned (its memory its own), or under --quick forked
+    from one server that imported the bench once (a smoke run's 12 rungs: about 7 s of imports each)."""
+    if not quick:
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["bench.latency"])
+    return context
+
+
 def _in_subprocess(
-    rung: Rung, model_dir: Path, sentences: list[Sentence], beams: int, converted: Path | None
+    processes: Any,
+    rung: Rung,
+    model_dir: Path,
+    sentences: list[Sentence],
+    beams: int,
+    converted: Path | None,
 ) -> dict[str, Any]:
-    context = multiprocessing.get_context("spawn")
-    with context.Pool(1, maxtasksperchild=1) as pool:
+    with processes.Pool(1, maxtasksperchild=1) as pool:
         result: dict[str, Any] = pool.apply(
             measure_in_process, (rung, model_dir, sentences, beams, converted)
         )
@@ -315,7 +332,8 @@ def run_ladder(
     sentences: list[Sentence],
     beams: int,
     http: bool,
-    converted: Path | None = None,
+    converted: Path | None,
+    processes: Any,
 ) -> list[dict[str, Any]]:
     """Every rung in order; `http` adds rung 5, `converted` (a CTranslate2 model) rungs 6, 7, 11 and 12."""
     rungs = [
@@ -327,7 +345,7 @@ def run_ladder(
         *(MAPPED_PEER_RUNGS if converted else []),
         *ONEDNN_RUNGS,
     ]
-    rows = [run_rung(rung, model_dir, sentences, beams, converted) for rung in rungs]
+    rows = [run_rung(rung, model_dir, sentences, beams, converted, processes) for rung in rungs]
     baseline = rows[0]
     for rung, row in zip(rungs, rows, strict=True):
         per_batch = rung.shape == "batch"
@@ -341,7 +359,8 @@ def run_rung(
     model_dir: Path,
     sentences: list[Sentence],
     beams: int,
-    converted: Path | None = None,
+    converted: Path | None,
+    processes: Any,
 ) -> dict[str, Any]:
     label = f"beams={beams} rung {rung.number} ({rung.name})"
     say(f"{label}: start, {len(sentences)} sentences")
@@ -349,7 +368,7 @@ def run_rung(
     if rung.shape == "http":
         figures = measure_http(model_dir, sentences, beams, is_standin(model_dir))
     else:
-        figures = _in_subprocess(rung, model_dir, sentences, beams, converted)
+        figures = _in_subprocess(processes, rung, model_dir, sentences, beams, converted)
     say(
         f"{label}: done in {time.perf_counter() - began:.0f}s, p50 {figures['p50_ms']:.1f} ms, "
         f"{figures['sentences_per_s']} sent/s, RSS {figures.get('rss_mb')} MB"
@@ -384,7 +403,7 @@ def run(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
     load_average = [round(x, 2) for x in os.getloadavg()]
     ladders = {}
     for beams in args.beams:
-        rungs = run_ladder(model_dir, sentences, beams, args.http, converted)
+        rungs = run_ladder(model_dir, sentences, beams, args.http, converted, rung_processes(args.quick))
         ladders[str(beams)] = {
             "rungs": rungs,
             "targets": targets(rungs, beams, BATCH),
@@ -446,6 +465,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.sentences, args.beams = QUICK_SENTENCES, [1]
     result = run(args, cli.model_dir())
+    if args.quick:
+        result["notes"] = [*result["notes"], QUICK_NOTE]
     path = cli.write("latency", result)
     print(markdown(result))
     print(f"\nwritten to {path}")

@@ -77,7 +77,7 @@ def test_standin_batches_are_forced_to_their_longest_reference() -> None:
 def assert_quick_ladder(results_dir: Path, model_dir: Path) -> None:
     """What `python -m bench.latency --quick` must have written: every rung, the peer, the targets.
 
-    Run once, by `make bench-quick` in tests/e2e/test_bench_quick.py (the ladder takes a minute).
+    Run once, by `make bench-quick` in tests/e2e/test_bench_quick.py (the quick ladder: about 45 s).
     """
     result = json.loads((results_dir / "latency.json").read_text())
     ladder = result["ladders"]["1"]
@@ -87,6 +87,7 @@ def assert_quick_ladder(results_dir: Path, model_dir: Path) -> None:
     assert all(row["p50_ms"] > 0 and row["sentences_per_s"] > 0 and row["rss_mb"] > 0 for row in rungs)
     assert all(row["peak_rss_mb"] >= row["rss_mb"] >= row["harness_rss_mb"] > 0 for row in rungs)
     assert result["standin"] is True and result["output_lengths"].startswith("reference lengths")
+    assert result["notes"][-1] == latency.QUICK_NOTE  # forked rungs: their RSS is not their own
     version = ctranslate2_peer.version()
     assert result["peer"]["engine"] == f"CTranslate2 {version}"
     assert result["peer"]["note"] == "peer, not a serving option"
