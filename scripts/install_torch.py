@@ -13,6 +13,7 @@ import argparse
 import importlib.metadata
 import subprocess
 import sys
+import sysconfig
 import urllib.error
 import urllib.request
 
@@ -34,8 +35,17 @@ def answers(url: str, timeout: float) -> bool:
 
 
 def pip_command(spec: str, index: str | None) -> list[str]:
-    command = [sys.executable, "-m", "pip", "install", "--quiet", spec]
+    # Bytecode afterwards, on every core (compile_command): pip compiles one file at a time.
+    command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile", spec]
     return [*command, "--extra-index-url", index] if index else command
+
+
+def compile_command() -> list[str]:
+    """Bytecode for what pip just installed (torch and its dependencies: the venv holds nothing else
+    yet), in parallel. Where PYTHONDONTWRITEBYTECODE is set, Python never writes it on import, and
+    every process would compile torch's sources again."""
+    site_packages = sysconfig.get_paths()["platlib"]
+    return [sys.executable, "-m", "compileall", "-q", "-j", "0", site_packages]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     if not reachable:
         print(f"{index} did not answer in {args.timeout:g} s: {args.spec} from pip's configured sources")
     done = subprocess.run(pip_command(args.spec, index if reachable else None), check=False)
+    if done.returncode == 0:
+        # As pip's own compile step: a file that does not compile (written for another Python) is
+        # left to fail at import, if it is ever imported, not the install.
+        subprocess.run(compile_command(), stdout=subprocess.DEVNULL, check=False)
     if done.returncode != 0:
         print(
             f"Could not install {args.spec}. Give pip a source that has it: make ... TORCH_INDEX=<a "
