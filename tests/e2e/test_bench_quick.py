@@ -1,7 +1,8 @@
 """`make bench-quick` on the tiny stand-in, in two halves that `make bench-check` runs side by side
-(183 and 225 s in one run, against 326 s for the whole as one test): each runs its steps of `python -m
-bench.run_all --quick`, then the report, and the results, report and plots appear. This module: the
-quality and latency steps; test_bench_quick_serving.py: the Locust loads, bench.mixed and the batch job."""
+(78 and 213 s in one run at 7f45fa2, where the whole took 326 s as one test): each runs its steps of
+`python -m bench.run_all --quick`, then the report, and the results, report and plots appear. This
+module: the quality and latency steps (the quick ladder forks its rungs, bench.latency.rung_processes);
+test_bench_quick_serving.py: the Locust loads, bench.mixed and the batch job."""
 
 from __future__ import annotations
 
