@@ -42,6 +42,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any, Literal
 
@@ -250,9 +251,9 @@ def _generate_fixed(translator: Any, ids: list[list[int]], option: Any) -> None:
     translator.tokenizer.batch_decode(output, skip_special_tokens=True)
 
 
-def rung_processes(quick: bool) -> Any:
+def rung_processes(quick: bool) -> BaseContext:
     """How each in-process rung gets its process: spawned (its memory its own), or under --quick forked
-    from one server that imported the bench once (a smoke run's 12 rungs: about 7 s of imports each)."""
+    from one server that imported the bench once (a spawned rung spends about 7 s importing it)."""
     if not quick:
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
@@ -261,7 +262,7 @@ def rung_processes(quick: bool) -> Any:
 
 
 def _in_subprocess(
-    processes: Any,
+    processes: BaseContext,
     rung: Rung,
     model_dir: Path,
     sentences: list[Sentence],
@@ -333,7 +334,7 @@ def run_ladder(
     beams: int,
     http: bool,
     converted: Path | None,
-    processes: Any,
+    processes: BaseContext,
 ) -> list[dict[str, Any]]:
     """Every rung in order; `http` adds rung 5, `converted` (a CTranslate2 model) rungs 6, 7, 11 and 12."""
     rungs = [
@@ -360,7 +361,7 @@ def run_rung(
     sentences: list[Sentence],
     beams: int,
     converted: Path | None,
-    processes: Any,
+    processes: BaseContext,
 ) -> dict[str, Any]:
     label = f"beams={beams} rung {rung.number} ({rung.name})"
     say(f"{label}: start, {len(sentences)} sentences")
