@@ -403,15 +403,20 @@ def run(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
     peer, converted = prepare_peer(model_dir, args.no_peer)
     load_average = [round(x, 2) for x in os.getloadavg()]
     ladders = {}
+    processes = rung_processes(args.quick)
     for beams in args.beams:
-        rungs = run_ladder(model_dir, sentences, beams, args.http, converted, rung_processes(args.quick))
+        rungs = run_ladder(model_dir, sentences, beams, args.http, converted, processes)
         ladders[str(beams)] = {
             "rungs": rungs,
             "targets": targets(rungs, beams, BATCH),
             "http_overhead_p50_ms": http_overhead_ms(rungs),
             "peer_ratios": peer_ratios(rungs),
         }
-    notes = [*(NOTES if args.http else NOTES[:-1]), *([PEER_NOTE] if converted else [])]
+    notes = [
+        *(NOTES if args.http else NOTES[:-1]),
+        *([PEER_NOTE] if converted else []),
+        *([QUICK_NOTE] if args.quick else []),
+    ]
     return {
         "model": str(model_dir),
         "standin": standin,
@@ -466,8 +471,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.sentences, args.beams = QUICK_SENTENCES, [1]
     result = run(args, cli.model_dir())
-    if args.quick:
-        result["notes"] = [*result["notes"], QUICK_NOTE]
     path = cli.write("latency", result)
     print(markdown(result))
     print(f"\nwritten to {path}")
