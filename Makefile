@@ -124,7 +124,7 @@ TEST_PROCESSES ?= 2
 QUICK_LOOP := not soak and not bench_check and not image
 test: lint java nginx chromium
 	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES) --dist loadgroup --no-loadscope-reorder -m '$(QUICK_LOOP) and not timed' --durations=15
-	$(BIN)/python -m pytest -q -m '$(QUICK_LOOP) and timed' --durations=5
+	$(BIN)/python -m pytest -q --timed-modules -m '$(QUICK_LOOP) and timed' --durations=5
 
 bench: archives java $(DEV)
 	$(BIN)/python -m bench.run_all

@@ -14,15 +14,16 @@ import json
 import random
 import struct
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import sentencepiece as spm
-import torch
-from transformers import GenerationConfig, MarianConfig, MarianMTModel, MarianTokenizer
 
 from archive.exclusive import exclusive
 from archive.tatoeba import DEFAULT_TEST_FILE, read_blocks
-from handlers.model.translator import STANDIN_MARKER, STANDIN_NOTICE
+from handlers.model.standin_marker import STANDIN_MARKER, STANDIN_NOTICE
+
+if TYPE_CHECKING:
+    from transformers import MarianConfig
 
 Size = Literal["full", "tiny"]
 
@@ -43,6 +44,8 @@ FORMAT_VERSION = 3  # bump when the stand-in's recipe changes, to invalidate cac
 
 
 def standin_config(size: Size) -> MarianConfig:
+    from transformers import MarianConfig  # here, not at the top: a built stand-in needs no transformers
+
     arch = ARCHITECTURE[size]
     return MarianConfig(
         vocab_size=VOCAB_SIZE,
@@ -79,6 +82,9 @@ def build_standin(
 
 
 def _build(out_dir: Path, size: Size, seed: int, test_file: Path, recipe: dict[str, str | int]) -> None:
+    import torch
+    from transformers import GenerationConfig, MarianMTModel, MarianTokenizer
+
     out_dir.mkdir(parents=True, exist_ok=True)
     blocks = read_blocks(test_file)
     _train_spm([b.source for b in blocks], out_dir / "source.spm", seed)

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from handlers.handler_config import HandlerConfig
-from handlers.model.translator import STANDIN_NOTICE
+from handlers.model.standin_marker import STANDIN_NOTICE
 
 MANIFEST = Path("MAR-INF") / "MANIFEST.json"
 STANDIN_MARKER = "standin.json"

@@ -23,7 +23,7 @@ from archive.model_source import resolve_model_dir
 from archive.tatoeba import REPO_ROOT, read_blocks
 from bench.signature import invoked_command, signature
 from handlers.handler_config import HandlerConfig
-from handlers.model.translator import STANDIN_MARKER
+from handlers.model.standin_marker import STANDIN_MARKER
 
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
 # Finished studies' frozen results, and where `make layout` (bench.studies.layout) writes its own.

@@ -31,7 +31,8 @@ from handlers.calls import Calls, calls_for
 from handlers.errors import Refused
 from handlers.handler_config import HandlerConfig
 from handlers.jobs import Job
-from handlers.model.translator import STANDIN_NOTICE, Translator
+from handlers.model.standin_marker import STANDIN_NOTICE
+from handlers.model.translator import Translator
 from handlers.open_requests import OpenRequests
 from handlers.scheduling.partitions import Driver
 from handlers.scheduling.step_scheduler import StepScheduler

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from _pytest.nodeid import NodeId  # pytest 9's node id: see pytest_collection_modifyitems
@@ -15,9 +16,13 @@ from _pytest.nodeid import NodeId  # pytest 9's node id: see pytest_collection_m
 from archive.build import ArchiveSpec, build_archive, model_digest
 from archive.standin import build_standin
 from archive.tatoeba import REPO_ROOT
-from handlers.zh_en_handler import TranslationHandler
 from serving.torchserve import TorchServe
-from tests.alone_decodes import AloneDecodes
+
+# Nothing here imports torch or transformers (about 8 s of every pytest process's start): the
+# fixtures that need them import them, so a run of HTTP-only tests (make test's timed step) never does.
+if TYPE_CHECKING:
+    from handlers.zh_en_handler import TranslationHandler
+    from tests.alone_decodes import AloneDecodes
 
 TINY_MODEL_DIR = REPO_ROOT / "build" / "models" / "standin-tiny"
 # Session fixtures worth making once: the modules that use one run in one pytest-xdist process.
@@ -35,6 +40,32 @@ LONGEST_FIRST = (
     "tests/unit/test_int8_kernels.py",
     "tests/unit/test_batch.py",
 )
+# Every module with a test marked `timed`. `make test`'s second step collects only these
+# (--timed-modules): collecting the whole suite to pick them out took a third of that step.
+# A timed test anywhere else stops every run's collection (pytest_collection_modifyitems).
+TIMED_MODULES = frozenset(
+    {
+        "tests/unit/test_text_cost.py",
+        "tests/e2e/test_step_scheduling.py",
+        "tests/e2e/test_graceful_stop.py",
+        "tests/e2e/test_front_door_abuse.py",
+        "tests/e2e/test_fleet.py",
+    }
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--timed-modules", action="store_true", help="collect only the modules in TIMED_MODULES")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if config.getoption("timed_modules") and collection_path.is_file():
+        return _relative(collection_path) not in TIMED_MODULES
+    return None
+
+
+def _relative(path: Path) -> str:
+    return str(path.relative_to(REPO_ROOT))
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which finds no xdist_group marks
@@ -42,13 +73,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Under `--dist loadgroup` (`make test` runs two processes): each module is one group, so its
     fixtures are made once; modules that share a costly session fixture (SHARED_FIXTURES) share a
     group, and the longest groups come first (with --no-loadscope-reorder, in this order)."""
+    stray = {_relative(item.path) for item in items if item.get_closest_marker("timed")} - TIMED_MODULES
+    if stray:
+        raise pytest.UsageError(f"timed tests outside TIMED_MODULES, which make test would skip: {stray}")
     if not config.getoption("loadgroup", default=False):  # what xdist sets in its workers for loadgroup
         return
     groups: dict[Path, str] = {}
     for item in items:
         shared = [name for name in SHARED_FIXTURES if name in getattr(item, "fixturenames", ())]
         if shared or item.path not in groups:
-            groups[item.path] = shared[0] if shared else str(item.path.relative_to(REPO_ROOT))
+            groups[item.path] = shared[0] if shared else _relative(item.path)
     for item in items:
         # xdist schedules by node id and reads a group after its last "@". It writes `_nodeid`,
         # which pytest 9 no longer reads (a node's id is `_id`), so the group is set here.
@@ -99,6 +133,8 @@ def server(tiny_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 @pytest.fixture(scope="session")
 def alone_decodes(lively_model_dir: Path) -> AloneDecodes:
     """The invariance tests' reference: lively sentences decoded one at a time (tests/alone_decodes.py)."""
+    from tests.alone_decodes import AloneDecodes
+
     return AloneDecodes(lively_model_dir)
 
 

@@ -34,12 +34,9 @@ from handlers.model.quantization import (
     quantize_int8,
     return_freed_heap,
 )
+from handlers.model.standin_marker import STANDIN_MARKER
 
 logger = logging.getLogger(__name__)
-
-# Written next to the weights by archive.standin; its presence marks every response.
-STANDIN_MARKER = "standin.json"
-STANDIN_NOTICE = "offline stand-in model with random weights: this output is NOT a translation"
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from batch.engines import LocalEngine, ShardDone
 from batch.formats import IDENTITY_COLUMNS
 from batch.job import JobSpec, run_job
 from batch.shards import Shard, ShardBudget, cut_shards
-from handlers.model.translator import STANDIN_NOTICE
+from handlers.model.standin_marker import STANDIN_NOTICE
 
 SOURCES = [block.source for block in read_blocks()]
 
