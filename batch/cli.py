@@ -14,11 +14,11 @@ import sys
 from pathlib import Path
 
 from batch.archive_model import open_archive
-from batch.engine import JobOptions
 from batch.engines import LocalEngine, RayEngine, ray_session
 from batch.formats import InputError, TableColumns
 from batch.job import JobSpec, Summary, run_job
 from batch.shards import ShardBudget
+from batch.units import JobOptions
 from handlers.text.glossary import GlossaryFileError, load_tsv
 
 DEFAULT_ARCHIVE = Path("model_store/zh_en_int8.mar")

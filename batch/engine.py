@@ -13,11 +13,10 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from batch.archive_model import ArchiveModel, batch_config, open_archive
+from batch.units import JobOptions, Unit, UnitResult
 from handlers.errors import Refused
 from handlers.model.options import GenerationOptions
 from handlers.model.translator import Translator
@@ -29,43 +28,6 @@ from handlers.text.glossary import NO_GLOSSARY, load_tsv
 from handlers.translation.decoding import SentenceDecoding
 from handlers.translation.plan import PlannedRequest, plan_request, render
 from handlers.translation.request import TranslationRequest
-
-
-@dataclass(frozen=True)
-class JobOptions:
-    """The request options of a whole job, as the API names them."""
-
-    beams: int | None = None  # None: the archive's default (num_beams, else the model's own)
-    alternatives: int = 0
-    glossary: tuple[tuple[str, str], ...] = ()  # the job's own terms; they win over the archive's TSV
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> JobOptions:
-        return cls(raw["beams"], raw["alternatives"], tuple((s, t) for s, t in raw["glossary"]))
-
-
-@dataclass(frozen=True)
-class Unit:
-    file: int  # index of the input file in the job
-    index: int  # index of the unit in its file
-    text: str
-    text_format: TextFormat = "text"
-    # Benchmarks on the offline stand-in only: force the output to this many tokens (the reference
-    # translation's length), as bench.latency does. Never set by the command line.
-    forced_tokens: int | None = None
-
-
-@dataclass(frozen=True)
-class UnitResult:
-    file: int
-    index: int
-    translation: str | None  # None: the unit failed (error says why)
-    alternatives: tuple[str, ...] = ()
-    sentences: int = 0
-    error: str | None = None
 
 
 class UnitTranslator:

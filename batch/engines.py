@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from batch.engine import JobOptions, UnitResult, UnitTranslator
 from batch.shards import Shard, results_from_json, results_to_json
+from batch.units import JobOptions, UnitResult
 
 ShardDone = Callable[[Shard, list[UnitResult]], None]
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -42,6 +42,8 @@ class LocalEngine:
     def run(self, shards: Sequence[Shard], done: ShardDone) -> None:
         if not shards:
             return
+        from batch.engine import UnitTranslator  # torch and transformers: only where shards are translated
+
         translator = UnitTranslator(self.archive, self.options)
         for shard in shards:
             done(shard, translator.translate(shard.units))
@@ -51,6 +53,8 @@ class ShardActor:
     """A Ray Data actor: loads the archive once, then translates the shards it is given."""
 
     def __init__(self, archive: str, options: str) -> None:
+        from batch.engine import UnitTranslator
+
         self.translator = UnitTranslator(Path(archive), JobOptions.from_json(json.loads(options)))
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:

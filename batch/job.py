@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import IO, Any
 
 from batch.archive_model import open_archive
-from batch.engine import JobOptions, Unit, UnitResult
 from batch.engines import Engine
 from batch.formats import (
     KIND_OF_SUFFIX,
@@ -31,6 +30,7 @@ from batch.formats import (
 )
 from batch.progress import Progress
 from batch.shards import Shard, ShardBudget, ShardStore, cut_shards
+from batch.units import JobOptions, Unit, UnitResult
 
 JOB_DIRECTORY = ".batch"  # under OUTPUT: one directory of shards per job (its inputs and options)
 MANIFEST_SUFFIX = ".batch.json"

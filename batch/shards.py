@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from batch.engine import Unit, UnitResult
+from batch.units import Unit, UnitResult
 
 
 @dataclass(frozen=True)

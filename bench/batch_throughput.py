@@ -12,7 +12,7 @@ length, batch.shards), and translated three ways:
 - ray_per_core: one actor per core, one thread each (the shipped layout).
 Each run's time includes loading the model (every actor's), not starting Ray (reported apart).
 On the offline stand-in every output is forced to its reference translation's token length
-(batch.engine.Unit.forced_tokens, for benchmarks only), as bench.latency does, so that decode work
+(batch.units.Unit.forced_tokens, for benchmarks only), as bench.latency does, so that decode work
 matches the real model's; results say so under "output_lengths".
 """
 
@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from batch.engine import JobOptions, Unit, UnitResult
 from batch.engines import Engine, LocalEngine, RayEngine, host_cpus, ray_session
 from batch.shards import Shard, ShardBudget, cut_shards
+from batch.units import JobOptions, Unit, UnitResult
 from bench.cli import BenchCli
 from bench.common import archive_with, is_standin, sample_sentences
 

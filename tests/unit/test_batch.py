@@ -22,11 +22,12 @@ import pytest
 
 from archive.tatoeba import REPO_ROOT, read_blocks
 from batch.cli import main
-from batch.engine import JobOptions, Unit, UnitTranslator
+from batch.engine import UnitTranslator
 from batch.engines import LocalEngine, ShardDone
 from batch.formats import IDENTITY_COLUMNS
 from batch.job import JobSpec, run_job
 from batch.shards import Shard, ShardBudget, cut_shards
+from batch.units import JobOptions, Unit
 from handlers.model.standin_marker import STANDIN_NOTICE
 
 SOURCES = [block.source for block in read_blocks()]
