@@ -36,9 +36,11 @@ RUNTIME := $(VENV)/.runtime
 # Everything but torch goes in with uv (pip installs it): about a minute where pip takes three, bytecode
 # included, which a host with PYTHONDONTWRITEBYTECODE set would otherwise recompile in every process.
 # uv reads no pip.conf: where it cannot reach PyPI (a mirror only pip is set up for), pip installs instead.
+# uv itself goes under build/, not into .venv: the image copies .venv, and uv (37 MB) has no use there.
 UV_SPEC := uv==0.13.9
-install = { test -x $(BIN)/uv || $(BIN)/pip install --quiet $(UV_SPEC); } \
-  && $(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode $(1) || $(BIN)/pip install --quiet $(1)
+UV := build/uv/bin/uv
+install = { test -x $(UV) || $(BIN)/pip install --quiet --target build/uv $(UV_SPEC); } \
+  && $(UV) pip install --python $(BIN)/python --quiet --compile-bytecode $(1) || $(BIN)/pip install --quiet $(1)
 DEV := $(VENV)/.dev
 
 # Runtime only: what `make serve`, the image and `make fleet` need.

@@ -39,6 +39,7 @@ def test_serving_installs_runtime_dependencies_only() -> None:
         uv = "uv pip install --python /nonexistent/venv/bin/python --quiet --compile-bytecode -e . ||"
         assert uv in commands, target
         assert "pip install --quiet -e .\n" in commands, target  # pip, where uv cannot reach PyPI
+        assert "pip install --quiet --target build/uv uv==" in commands, target  # the image copies .venv only
         assert ".[dev]" not in commands, target
     assert "-e '.[dev]'" in dry_run("test")
     assert "-e '.[dev]'" in dry_run("bench")
