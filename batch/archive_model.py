@@ -23,10 +23,9 @@ from typing import Any
 import yaml
 
 from handlers.handler_config import HandlerConfig
-from handlers.model.standin_marker import STANDIN_NOTICE
+from handlers.model.standin_marker import STANDIN_MARKER, STANDIN_NOTICE
 
 MANIFEST = Path("MAR-INF") / "MANIFEST.json"
-STANDIN_MARKER = "standin.json"
 # A batch job's "request" is a whole file: a 60-page Markdown book is one text. These guards bound
 # what one client may make an online worker do; a batch job's input is its owner's own corpus.
 BATCH_LIMITS = {
