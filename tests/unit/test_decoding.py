@@ -36,16 +36,20 @@ class Pair:
     reference: GenerateDecoder
     ids: list[list[int]]
 
-    def decode_alone(self, decoder: FastDecoder | GenerateDecoder, beams: int) -> Iterator[list[int]]:
-        for index, row in enumerate(self.ids):
+    def alone(self, count: int = SENTENCES) -> Iterator[tuple[torch.Tensor, torch.Tensor, list[RowLimits]]]:
+        """The first `count` sentences, each as a batch of its own: input ids, mask and its cap."""
+        for index, row in enumerate(self.ids[:count]):
             input_ids, mask = pad_batch([row], self.translator.tokenizer.pad_token_id)
-            yield decoder.decode(input_ids, mask, [limits_for(index, row)], beams)[0]
+            yield input_ids, mask, [limits_for(index, row)]
 
-    def decode_alone_ranked(self, decoder: FastDecoder | GenerateDecoder) -> Iterator[list[list[int]]]:
+    def decode_alone(
+        self, decoder: FastDecoder | GenerateDecoder, beams: int, count: int = SENTENCES
+    ) -> list[list[int]]:
+        return [decoder.decode(*inputs, beams)[0] for inputs in self.alone(count)]
+
+    def decode_alone_ranked(self, decoder: FastDecoder | GenerateDecoder) -> list[list[list[int]]]:
         """Beam 4, each sentence alone: its finished hypotheses, best first."""
-        for index, row in enumerate(self.ids):
-            input_ids, mask = pad_batch([row], self.translator.tokenizer.pad_token_id)
-            yield decoder.decode_ranked(input_ids, mask, [limits_for(index, row)], 4)[0]
+        return [decoder.decode_ranked(*inputs, 4)[0] for inputs in self.alone()]
 
 
 def make_pair(model_dir: Path, variant: str) -> Pair:
@@ -70,23 +74,22 @@ def pair(request: pytest.FixtureRequest, lively_model_dir: Path) -> Pair:
 
 
 def test_greedy_fast_decoder_gives_the_ids_of_generate(pair: Pair) -> None:
-    fast = list(pair.decode_alone(pair.fast, 1))
-    reference = list(pair.decode_alone(pair.reference, 1))
+    fast = pair.decode_alone(pair.fast, 1)
+    reference = pair.decode_alone(pair.reference, 1)
     assert_same_ids(pair, fast, reference)
 
 
 def test_beam_search_gives_generates_hypotheses_best_first(pair: Pair) -> None:
     """Beam 4: a sentence's finished hypotheses, best first, are generate()'s num_return_sequences,
     so the best (what decode() gives: decode_ranked()[0]) is generate()'s answer."""
-    fast = list(pair.decode_alone_ranked(pair.fast))
-    reference = list(pair.decode_alone_ranked(pair.reference))
+    fast = pair.decode_alone_ranked(pair.fast)
+    reference = pair.decode_alone_ranked(pair.reference)
     assert_same_ids(pair, [ranked[0] for ranked in fast], [ranked[0] for ranked in reference])
     assert all(len(ranked) == 4 and len({tuple(ids) for ids in ranked}) == 4 for ranked in fast)
     differ = [i for i, (a, b) in enumerate(zip(fast, reference, strict=True)) if a != b]
     assert differ == [], f"{len(differ)} sentences rank their hypotheses differently: {differ[:5]}"
     # generate() asked for one sequence gives the first of its ranked ones (what its decode() serves).
-    first = Pair(pair.translator, pair.fast, pair.reference, pair.ids[:20])
-    assert list(first.decode_alone(pair.reference, 4)) == [ranked[0] for ranked in reference[:20]]
+    assert pair.decode_alone(pair.reference, 4, count=20) == [ranked[0] for ranked in reference[:20]]
 
 
 def assert_same_ids(pair: Pair, fast: list[list[int]], reference: list[list[int]]) -> None:
@@ -118,7 +121,7 @@ def test_beam_search_follows_generate_config(lively_model_dir: Path, rules: dict
     pair.fast = FastDecoder(
         pair.translator.model, pair.fast.output, SearchRules.of(pair.translator.model.generation_config)
     )
-    assert list(pair.decode_alone(pair.fast, 4)) == list(pair.decode_alone(pair.reference, 4))
+    assert pair.decode_alone(pair.fast, 4) == pair.decode_alone(pair.reference, 4)
 
 
 def test_plan_units_groups_by_beams_and_length_within_the_row_budget() -> None:
