@@ -65,7 +65,10 @@ class HandlerConfig:
     # waits or arrived within interactive_window_ms, and always run at least one sentence.
     scheduler: Scheduler = "static"
     step_partitions: int = 1
-    max_cohorts: int = 8
+    # Each cohort costs its own attention calls and search per step: under 100 users at beam 4, 4
+    # served 1.14x what 8 did (2 about the same as 4), interactive p95 beside documents unchanged
+    # (docs/BENCHMARKS.md, "Cohorts per running batch").
+    max_cohorts: int = 4
     document_rows_beside_interactive: int = 16
     interactive_window_ms: int = 2000
     step_slice_ms: int = 50
