@@ -38,8 +38,9 @@ RUNTIME := $(VENV)/.runtime
 # uv reads no pip.conf: where it cannot reach PyPI (a mirror only pip is set up for), pip installs instead.
 # uv itself goes under build/, not into .venv: the image copies .venv, and uv (37 MB) has no use there.
 UV_SPEC := uv==0.13.9
-UV := build/uv/bin/uv
-install = { test -x $(UV) || $(BIN)/pip install --quiet --target build/uv $(UV_SPEC); } \
+UV_DIR := build/uv
+UV := $(UV_DIR)/bin/uv
+install = { test -x $(UV) || $(BIN)/pip install --quiet --target $(UV_DIR) $(UV_SPEC); } \
   && $(UV) pip install --python $(BIN)/python --quiet --compile-bytecode $(1) || $(BIN)/pip install --quiet $(1)
 DEV := $(VENV)/.dev
 
