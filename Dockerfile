@@ -7,12 +7,13 @@
 # STRICT=1 by default: a build that cannot reach the hub fails instead of packing the stand-in
 # (random weights) under the real model's name. `make image` adds OCI labels saying which it is.
 
-# Stage 1 builds .venv and both archives; only those two and the code reach the image, so the model
-# they were built from (the hub's download, or the stand-in under build/), pip's cache and make stay behind.
+# Stage 1 builds .venv, the C kernels and both archives (which carry the kernels' library); only .venv,
+# the archives and the code reach the image, so the model they were built from (the hub's download, or
+# the stand-in under build/), pip's cache, make and the compiler stay behind.
 FROM python:3.11-slim AS build
 # hadolint ignore=DL3008
 RUN apt-get update \
- && apt-get install -y --no-install-recommends make \
+ && apt-get install -y --no-install-recommends make gcc libc6-dev \
  && rm -rf /var/lib/apt/lists/*
 RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin serve
 WORKDIR /srv/zh_en

@@ -10,7 +10,7 @@ CONFIG := config/config.properties
 
 STRICT_FLAG := $(if $(filter 1,$(STRICT)),--strict,)
 
-.PHONY: help venv java nginx archives serve stop test lint bench bench-quick bench-check layout soak fuzz swap fleet fleet-stop image image-test clean
+.PHONY: help venv java cc kernels nginx archives serve stop test lint bench bench-quick bench-check layout soak fuzz swap fleet fleet-stop image image-test clean
 
 help:
 	@echo "make serve   build the archives (MODEL=hub id|dir|synthetic, STRICT=1) and start TorchServe"
@@ -72,6 +72,19 @@ java:
 	  echo "installing openjdk-17-jre-headless"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
 
+# The C kernels are compiled ahead of time (make kernels), so a C compiler is needed once, here; install
+# gcc where missing (Debian/Ubuntu, as root). Workers and the image's runtime stage never compile.
+cc:
+	@command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || { \
+	  command -v apt-get >/dev/null || { echo "make: install a C compiler (gcc) for make kernels"; exit 1; }; \
+	  echo "installing gcc"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null; }
+
+# One library, a path per instruction set chosen from CPUID at run time (handlers/model/native.py):
+# built once per kernels.c, packed into both archives; prints the paths this host runs.
+kernels: $(RUNTIME) cc
+	$(BIN)/python -m handlers.model.native
+
 # The fleet's front door: nginx, with njs to hash client keys; installed where missing (Debian/Ubuntu, as root).
 NGINX_JS := /usr/lib/nginx/modules/ngx_http_js_module.so
 nginx:
@@ -96,7 +109,7 @@ screenshots: $(DEV) java nginx chromium
 # UNPACK=1 (the image): each archive becomes a directory of the same name, their shared weights one
 # file (archive/unpack.py); TorchServe serves it in place, `--models zh_en_int8.mar` unchanged.
 UNPACK ?= 0
-archives: $(RUNTIME)
+archives: $(RUNTIME) kernels
 	$(BIN)/python -m archive.build --model $(MODEL) $(STRICT_FLAG) --out $(STORE)
 	$(if $(filter 1,$(UNPACK)),$(BIN)/python -m archive.unpack $(STORE))
 
@@ -125,7 +138,7 @@ lint: $(DEV)
 # wall-clock bounds (marked `timed`) alone, so the other process cannot slow them.
 TEST_PROCESSES ?= 2
 QUICK_LOOP := not soak and not bench_check and not image
-test: lint java nginx chromium
+test: lint java nginx chromium kernels
 	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES) --dist loadgroup --no-loadscope-reorder -m '$(QUICK_LOOP) and not timed' --durations=15
 	$(BIN)/python -m pytest -q --timed-modules -m '$(QUICK_LOOP) and timed' --durations=5
 

@@ -34,6 +34,7 @@ VARIANTS = ("fp32", "int8")
 HANDLER_DIR = REPO_ROOT / "handlers"
 CONFIG_DIR = REPO_ROOT / "config"
 ENTRY_POINT = "zh_en_handler.py"
+KERNELS_LIBRARY = HANDLER_DIR / "model" / "libzh_en_kernels.so"  # make kernels (handlers.model.native)
 
 
 @dataclass(frozen=True)
@@ -144,8 +145,8 @@ def _glossary(spec: ArchiveSpec) -> list[Path]:
 
 def _handler_files() -> list[Path]:
     """The whole handlers package, sub-packages included (the handler imports them by package path),
-    with the C source its per-row int8 kernels are built from in the worker."""
-    files = [*HANDLER_DIR.rglob("*.py"), *HANDLER_DIR.rglob("*.c")]
+    with the C kernels' source and the library `make kernels` built from it (handlers.model.native)."""
+    files = [*HANDLER_DIR.rglob("*.py"), *HANDLER_DIR.rglob("*.c"), *HANDLER_DIR.rglob(KERNELS_LIBRARY.name)]
     return sorted(path for path in files if "__pycache__" not in path.parts)
 
 
@@ -206,6 +207,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown variant(s) {unknown}; choose from {list(VARIANTS)}")
     steps = len(variants) + 1
     started = time.perf_counter()
+    if not KERNELS_LIBRARY.exists():
+        print(
+            f"warning: {KERNELS_LIBRARY.relative_to(REPO_ROOT)} is not built (make kernels): these archives "
+            "carry no C kernels, and their workers will run torch's operators instead (same results, slower)",
+            file=sys.stderr,
+            flush=True,
+        )
     print(f"[1/{steps}] resolving model {args.model!r} ...", flush=True)
     try:
         model_dir = resolve_model_dir(

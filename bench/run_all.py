@@ -12,6 +12,8 @@ runs cold.
     python -m bench.run_all --loads int8:4:100 int8-generate:4:100   # only these Locust runs
     python -m bench.run_all --loads int8:4:100 libretranslate:4:100 libretranslate-tuned:4:100
         # ours beside LibreTranslate as shipped and tuned (bench.libretranslate_peer; beam 4 only)
+    python -m bench.run_all --loads int8:4:100 image:4:100
+        # make serve's archive beside the image we ship (make image MODEL=synthetic; bench.image_peer)
     python -m bench.run_all --quick --steps quality latency   # only these steps, then the report
 
 Every step prints progress to stderr; results land in bench/results/ (or --results-dir).
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from archive.build import MODEL_NAME
-from bench import batch_throughput, bleu, latency, libretranslate_peer, mixed, report
+from bench import batch_throughput, bleu, image_peer, latency, libretranslate_peer, mixed, report
 from bench.cli import BenchCli, Progress
 from bench.common import CACHE_OFF, DEFAULT_MODEL, SCHEDULERS, archive_with
 from bench.load import LoadSpec, run_load
@@ -59,6 +61,8 @@ FULL = Plan(
         # The served peer (issue 27): LibreTranslate as shipped and tuned, at its beam 4.
         ("libretranslate", 4, 100),
         ("libretranslate-tuned", 4, 100),
+        # The image we ship (make image MODEL=synthetic), beside make serve's int8 above (issue 40).
+        ("image", 4, 100),
     ],
     duration="30s",
     mixed_args=[],
@@ -86,6 +90,7 @@ STEP_TITLES = {
 STEP_NAMES = tuple(STEP_TITLES)
 # Served peers, after ours in the same run: LibreTranslate as shipped and tuned, at its beam 4.
 PEERS = tuple(libretranslate_peer.SETTINGS)
+IMAGE = "image"  # the shipped image in podman (bench.image_peer), at any beam count
 say = Progress("run_all")
 
 
@@ -185,13 +190,19 @@ def run_loads(
                     libretranslate_peer.run_peer_load(setting, users, duration, model_dir, results, command)
                 except libretranslate_peer.PeerUnavailable as error:  # our figures stand without it
                     say(f"LEFT OUT {name} (no result written): {error}")
+    for server_name, beams, users in loads:
+        if server_name == IMAGE:
+            try:
+                image_peer.run_image_load(beams, users, duration, model_dir, results, command)
+            except image_peer.ImageUnavailable as error:  # our figures stand without it
+                say(f"LEFT OUT the image (no result written): {error}")
 
 
 def parse_load(text: str) -> tuple[str, int, int]:
     """SERVER:BEAMS:USERS, e.g. int8:4:100."""
     name, beams, users = text.split(":")
-    if name not in SERVERS + PEERS:
-        raise argparse.ArgumentTypeError(f"{name!r} is not one of {', '.join(SERVERS + PEERS)}")
+    if name not in (*SERVERS, *PEERS, IMAGE):
+        raise argparse.ArgumentTypeError(f"{name!r} is not one of {', '.join((*SERVERS, *PEERS, IMAGE))}")
     if name in PEERS and int(beams) != libretranslate_peer.BEAMS:
         raise argparse.ArgumentTypeError(f"{name} runs at its default beam {libretranslate_peer.BEAMS} only")
     return name, int(beams), int(users)

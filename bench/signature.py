@@ -96,10 +96,27 @@ def machine() -> dict[str, Any]:
                 break
     return {
         "cpu": cpu,
+        **cpu_kernels(),
         "cores": os.cpu_count(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "system": f"{platform.system()} {platform.release()}",
+    }
+
+
+def cpu_kernels() -> dict[str, Any]:
+    """The instruction sets our C kernels look for on this CPU, and the path a server here runs by
+    default (handlers.model.native: auto), named beside every figure; a bench that forces another
+    path says so in its own result."""
+    from handlers.model import native
+
+    try:
+        library = native.open_library()
+    except OSError as error:
+        return {"cpu_features": [], "cpu_kernels": f"torch (no C kernels: {error})"}
+    return {
+        "cpu_features": sorted(native.cpu_features(library)),
+        "cpu_kernels": native.describe(native.load("auto")),
     }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal, get_args, get_origin
 
 Variant = Literal["fp32", "int8"]
 # "fast": our own greedy/beam loops over the target-side output layer (handlers.model.decoding);
@@ -22,6 +22,10 @@ Scheduler = Literal["static", "step"]
 # them (auto: oneDNN there, fbgemm elsewhere) and is faster, but rounds some outputs differently in
 # the last bit (batch invariance holds on each): docs/BENCHMARKS.md measures both.
 Int8Kernels = Literal["fbgemm", "onednn", "auto"]
+# Our C kernels' instruction-set path (handlers.model.native): auto (the best one a host of ours has
+# proven, of those the CPU offers), torch (none: torch's operators), or one path by name (for tests
+# and benchmarks; a path this CPU lacks fails the load). Every path gives the same bits.
+CpuKernels = Literal["auto", "torch", "generic", "avx2", "avx_vnni", "avx512_vnni"]
 
 # The model's positional limit: opus-mt-zh-en has max_position_embeddings 512.
 MODEL_MAX_TOKENS = 512
@@ -41,6 +45,7 @@ class HandlerConfig:
 
     variant: Variant = "fp32"
     int8_kernels: Int8Kernels = "fbgemm"
+    cpu_kernels: CpuKernels = "auto"
     threads: int = 1
     warmup: bool = True
     num_beams: int | None = None
@@ -116,6 +121,8 @@ class HandlerConfig:
             raise ConfigError(
                 f"int8_kernels must be one of {get_args(Int8Kernels)}, got {self.int8_kernels!r}"
             )
+        if self.cpu_kernels not in get_args(CpuKernels):
+            raise ConfigError(f"cpu_kernels must be one of {get_args(CpuKernels)}, got {self.cpu_kernels!r}")
         if self.decoder not in DECODER_NAMES:
             raise ConfigError(f"decoder must be one of {DECODER_NAMES}, got {self.decoder!r}")
         _require(self.threads >= 1, "threads must be >= 1")
@@ -183,17 +190,25 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "float": (int, float),
     "bool": (bool,),
     "str": (str,),
-    "Variant": (str,),
-    "DecoderName": (str,),
-    "Scheduler": (str,),
 }
+
+
+def _expected_types(text: str) -> tuple[type, ...]:
+    """The Python types a field annotated `text` takes; a Literal alias of this module takes its
+    choices' types (__post_init__ then checks the choice itself)."""
+    if text in _TYPES:
+        return _TYPES[text]
+    alias = globals().get(text)
+    if get_origin(alias) is Literal:
+        return tuple({type(choice) for choice in get_args(alias)})
+    raise TypeError(f"HandlerConfig has a field of type {text}, which _check_type cannot check")
 
 
 def _check_type(name: str, value: Any, annotation: object) -> None:
     text = str(annotation)
     if value is None and "None" in text:
         return
-    expected = _TYPES[text.replace(" | None", "")]
+    expected = _expected_types(text.replace(" | None", ""))
     # bool is an int subclass: reject True where a number is meant, and 1 where a bool is.
     if isinstance(value, bool) != (expected == (bool,)) or not isinstance(value, expected):
         raise ConfigError(f"handler config key {name!r} must be {text}, got {value!r}")

@@ -76,8 +76,8 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         info = self.translator.info
         logger.info(
             "loaded model=%s version=%s variant=%s decoder=%s scheduler=%s max_batch_rows=%d source=%s "
-            "standin=%s parameters=%d quantized_linear=%d threads=%d sentence_cache_entries=%d "
-            "glossary_terms=%d load_seconds=%.2f",
+            "standin=%s parameters=%d quantized_linear=%d threads=%d cpu_kernels=%s "
+            "sentence_cache_entries=%d glossary_terms=%d load_seconds=%.2f",
             self.identity["model"],
             self.identity["version"],
             config.variant,
@@ -89,6 +89,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
             info.parameters,
             info.quantized_linear,
             info.threads,
+            info.kernels,
             config.sentence_cache_entries,
             len(self.glossary.terms),
             info.load_seconds,
@@ -252,11 +253,20 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         for name, value in (
             ("SentenceCacheHits", counts.cache_hits),
             ("SentenceCacheMisses", counts.cache_misses),
-            ("SentencesTranslated", counts.sentences),
-            ("TokensGenerated", counts.generated_tokens),
             ("GlossaryHits", counts.glossary_hits),
         ):
             metrics.add_counter(name, value, dimensions=variant)
+        # The work done names the C kernels' path that did it (handlers.model.native): a list of its own,
+        # since TorchServe appends ModelName and Level to the list it is given.
+        assert self.translator is not None
+        kernels = Dimension("CpuKernels", self.translator.info.kernels)
+        for name, value in (
+            ("SentencesTranslated", counts.sentences),
+            ("TokensGenerated", counts.generated_tokens),
+        ):
+            metrics.add_counter(
+                name, value, dimensions=[Dimension("Variant", str(self.identity["variant"])), kernels]
+            )
 
     def _identity(self, context: Any, config: HandlerConfig) -> dict[str, Any]:
         assert self.translator is not None

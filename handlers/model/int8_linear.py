@@ -11,13 +11,15 @@ one copy, as before.
 
 It stands in for fbgemm only where its bits are fbgemm's: the fbgemm (or x86) engine, weights with
 zero point 0 (quantize_dynamic's symmetric qint8), N a multiple of 16 and K of 4 (every layer of
-opus-mt-zh-en and the tiny stand-in), at most MAX_COLUMNS outputs (not the output layer), and a CPU
-the library was built with AVX2 and FMA for. Elsewhere RowInt8Linear keeps fbgemm.
+opus-mt-zh-en and the tiny stand-in), at most MAX_COLUMNS outputs (not the output layer), and a
+kernel path with an int8 matmul (AVX2 and up) that is faster than fbgemm's on this CPU
+(native.matmuls_are_ours). Elsewhere RowInt8Linear keeps fbgemm.
 """
 
 from __future__ import annotations
 
-import ctypes
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -37,7 +39,7 @@ MAX_COLUMNS = 8192
 class Int8Linear:
     """A qint8 weight in int8_linear's order, with what the kernel needs to give fbgemm's bits."""
 
-    def __init__(self, weight: torch.Tensor, library: ctypes.CDLL) -> None:
+    def __init__(self, weight: torch.Tensor, run: Callable[..., Any]) -> None:
         self.out_features, self.in_features = weight.shape
         self.per_channel = weight.qscheme() != torch.per_tensor_affine
         if self.per_channel:
@@ -49,7 +51,7 @@ class Int8Linear:
         # fbgemm's dequantization multiplier: the two scales' float product, one per column.
         self.multiplier = (UNIT_SCALE * scales).contiguous()
         self.codes = pack(weight.int_repr())
-        self._run = library.int8_linear
+        self._run = run
 
     def weight(self) -> torch.Tensor:
         """The qint8 weight (out_features x in_features) it was made from."""
@@ -107,7 +109,6 @@ def fits(weight: torch.Tensor) -> bool:
     return bool((weight.q_per_channel_zero_points() == 0).all())
 
 
-def library_for_int8_linear() -> ctypes.CDLL | None:
-    """This process's C kernels if they hold int8_linear (built for AVX2 and FMA), else None."""
-    library = native.library()
-    return library if library is not None and library.int8_linear_built() else None
+def int8_linear_of(kernels: native.Kernels | None) -> Callable[..., Any] | None:
+    """The path's int8_linear where it holds the int8 matmuls on this CPU, else None (fbgemm)."""
+    return None if kernels is None else kernels.int8_linear

@@ -1,12 +1,15 @@
 /* Our C kernels, each standing for a few torch calls on the decoder's hot path and giving their
-   results exactly (handlers/model/native.py builds this file and loads it; without a compiler the
-   torch calls run instead).
+   results exactly. handlers/model/native.py compiles this one file once per instruction-set path
+   (generic x86-64 or any other CPU, AVX2+FMA, AVX-VNNI, AVX-512 VNNI), ahead of time, into one
+   library whose functions carry the path's name (map_rows_avx2, ...), and picks a path from CPUID
+   at run time; without the library the torch calls run instead.
 
    map_rows, restore_rows: the element-wise work around every per-row int8 matmul
    (handlers/model/row_int8.py), ten torch calls per layer (amin, amax, sub, clamp, sub, div before
    fbgemm; mul, add, addcmul after it), here one pass each side. Every element goes through the
    same IEEE operations in the same order as those calls, with a fused multiply-add only where
-   addcmul_ has one (built with -ffp-contract=off): the same bits (tests/unit/test_row_int8_kernels.py).
+   addcmul_ has one (built with -ffp-contract=off): the same bits on every path
+   (tests/unit/test_row_int8_kernels.py).
 
    top_k_rows: a beam's per-row top-k over the vocabulary, torch.topk's answer where no values tie,
    and a "not mine" for a row where they might (tests/unit/test_top_k.py). */
@@ -16,7 +19,15 @@
 #include <stdint.h>
 #include <string.h>
 
-/* GCC's vector extension: eight floats, compiled to whatever -march=native offers (AVX2, AVX-512). */
+/* Every exported function is NAME_PATH, PATH being this object's instruction-set path (-DKERNEL_PATH). */
+#ifndef KERNEL_PATH
+#define KERNEL_PATH generic
+#endif
+#define JOIN_(name, path) name##_##path
+#define JOIN(name, path) JOIN_(name, path)
+#define EXPORT(name) JOIN(name, KERNEL_PATH)
+
+/* GCC's vector extension: eight floats, compiled to what the path's flags offer (SSE2 up to AVX-512). */
 typedef float floats8 __attribute__((vector_size(32)));
 typedef int32_t ints8 __attribute__((vector_size(32)));
 
@@ -64,7 +75,7 @@ static void row_range(const float *row, int64_t cols, float *low, float *span) {
 }
 
 /* Row r of x (rows x cols, contiguous): low[r] and span[r] (row_range), unit = (x - low) / span. */
-void map_rows(const float *x, int64_t rows, int64_t cols, float *unit, float *low, float *span) {
+void EXPORT(map_rows)(const float *x, int64_t rows, int64_t cols, float *unit, float *low, float *span) {
     for (int64_t r = 0; r < rows; r++) {
         const float *row = x + r * cols;
         float *out = unit + r * cols;
@@ -78,7 +89,7 @@ void map_rows(const float *x, int64_t rows, int64_t cols, float *unit, float *lo
 
 /* out = low * row_sums (+ bias) + product * span, per row, in that order (bias may be NULL); the last
    step is one fused multiply-add, as torch's addcmul_ does it on AVX2 and AVX-512. */
-void restore_rows(const float *product, int64_t rows, int64_t cols, const float *low, const float *span,
+void EXPORT(restore_rows)(const float *product, int64_t rows, int64_t cols, const float *low, const float *span,
                   const float *row_sums, const float *bias, float *out) {
     for (int64_t r = 0; r < rows; r++) {
         const float *p = product + r * cols;
@@ -126,7 +137,7 @@ static int insert(float *top, int64_t *columns, int64_t *filled, int64_t k, floa
    compares are equal. A row that holds a NaN, two equal values among its k best, one equal to its
    k-th best, or a k-th best of -inf (a forced eos) is marked in `undecided`: the order torch.topk
    gives equal values is its own, so the caller asks torch.topk for those rows. Returns how many. */
-int64_t top_k_rows(const float *values, int64_t rows, int64_t cols, int64_t k, float *top, int64_t *columns,
+int64_t EXPORT(top_k_rows)(const float *values, int64_t rows, int64_t cols, int64_t k, float *top, int64_t *columns,
                    uint8_t *undecided_rows) {
     int64_t count = 0;
     for (int64_t r = 0; r < rows; r++) {
@@ -193,13 +204,16 @@ int64_t top_k_rows(const float *values, int64_t rows, int64_t cols, int64_t k, f
    order: the same bits (tests/unit/test_int8_linear.py compares them with fbgemm's).
 
    Weights are in pack order: blocks of 16 output columns, in each the 16 columns' 4 consecutive
-   inputs side by side ([N/16][K/4][16][4] int8), so a block is read as one stream and 8 columns of
-   4 inputs are one 32-byte vector. N must be a multiple of 16 and K of 4 (the caller checks). */
+   inputs side by side ([N/16][K/4][16][4] int8), so a block is read as one stream, 8 columns of
+   4 inputs are one 32-byte vector and all 16 one 64-byte vector. N must be a multiple of 16 and K
+   of 4 (the caller checks).
+
+   The paths differ only in how they form the exact int32 sums: AVX2's vpmaddubsw + vpmaddwd pair
+   (32 multiply-adds), AVX-VNNI's vpdpbusd on 256 bits (32 in one instruction) and AVX-512 VNNI's
+   on 512 bits (64). Every float operation after the sums is finish8's on every path: the same bits. */
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
-
-int int8_linear_built(void) { return 1; }
 
 /* Rows of x mapped as map_rows maps them, then quantized as fbgemm quantizes: q = nearbyint(u * inverse),
    clamped to 0..255 (a NaN row gives 0s: its low and span are NaN, so its outputs are NaN anyway). */
@@ -229,21 +243,28 @@ static inline void finish8(__m256i sum, const float *multiplier, const float *ro
     _mm256_storeu_ps(out, _mm256_fmadd_ps(p, _mm256_set1_ps(s), v));
 }
 
-/* Rows r0..r0+R-1 (R <= 6) x the 8 columns at `half` of a block: R sums in registers, the block's
-   weights in L1 (always_inline and a constant R let the compiler keep every sum in a register). */
+/* Four quantized inputs of a row, as one 32-bit lane to broadcast. */
+static inline int32_t quad(const uint8_t *q) {
+    int32_t four;
+    memcpy(&four, q, sizeof four);
+    return four;
+}
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define ROWS_PER_TILE 8
+
+/* Rows r0..r0+R-1 (R <= 8) x all 16 columns of a block: one vpdpbusd per row and 4 inputs. */
 static inline __attribute__((always_inline)) void tile(int R, const uint8_t *q, int64_t r0, int64_t cols,
-                                                       const int8_t *w, int half, __m256i *sums) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256i acc[6];
+                                                       const int8_t *w, __m512i *sums) {
+    __m512i acc[ROWS_PER_TILE];
     for (int i = 0; i < R; i++) {
-        acc[i] = _mm256_setzero_si256();
+        acc[i] = _mm512_setzero_si512();
     }
     const int64_t quads = cols / 4;
     for (int64_t k = 0; k < quads; k++) {
-        __m256i weights = _mm256_loadu_si256((const __m256i *)(w + 64 * k + 32 * half));
+        __m512i weights = _mm512_loadu_si512((const void *)(w + 64 * k));
         for (int i = 0; i < R; i++) {
-            __m256i x = _mm256_set1_epi32(*(const int32_t *)(q + (r0 + i) * cols + 4 * k));
-            acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(x, weights), ones));
+            acc[i] = _mm512_dpbusd_epi32(acc[i], _mm512_set1_epi32(quad(q + (r0 + i) * cols + 4 * k)), weights);
         }
     }
     for (int i = 0; i < R; i++) {
@@ -251,42 +272,137 @@ static inline __attribute__((always_inline)) void tile(int R, const uint8_t *q, 
     }
 }
 
-/* out (rows x n) = the per-row int8 layer of x (rows x cols): see the comment above. `q` (rows x cols
-   bytes) and `low`, `span` (rows floats each) are scratch; `multiplier` has n floats (scale x each
-   column's weight scale, as fbgemm makes it), `bias` may be NULL. */
-void int8_linear(const float *x, int64_t rows, int64_t cols, const int8_t *packed, int64_t n,
-                 const float *multiplier, const float *row_sums, const float *bias, float inverse, uint8_t *q,
-                 float *low, float *span, float *out) {
-    map_quantize(x, rows, cols, inverse, q, low, span);
-    for (int64_t block = 0; block < n / 16; block++) {
-        const int8_t *w = packed + block * 16 * cols;
-        for (int half = 0; half < 2; half++) {
-            const int64_t c = block * 16 + 8 * half;
-            const float *m = multiplier + c, *rs = row_sums + c, *b = bias ? bias + c : NULL;
-            for (int64_t r = 0; r < rows;) {
-                __m256i sums[6];
-                int64_t left = rows - r;
-                int R = left >= 6 ? 6 : (int)left;
-                switch (R) {
-                case 6: tile(6, q, r, cols, w, half, sums); break;
-                case 5: tile(5, q, r, cols, w, half, sums); break;
-                case 4: tile(4, q, r, cols, w, half, sums); break;
-                case 3: tile(3, q, r, cols, w, half, sums); break;
-                case 2: tile(2, q, r, cols, w, half, sums); break;
-                default: tile(1, q, r, cols, w, half, sums); break;
-                }
-                for (int i = 0; i < R; i++) {
-                    finish8(sums[i], m, rs, b, low[r + i], span[r + i], out + (r + i) * n + c);
-                }
-                r += R;
-            }
-        }
+static void block_rows(const uint8_t *q, int64_t r, int R, int64_t cols, const int8_t *w, int64_t n, int64_t c,
+                       const float *m, const float *rs, const float *b, const float *low, const float *span,
+                       float *out) {
+    __m512i sums[ROWS_PER_TILE];
+    switch (R) {
+    case 8: tile(8, q, r, cols, w, sums); break;
+    case 7: tile(7, q, r, cols, w, sums); break;
+    case 6: tile(6, q, r, cols, w, sums); break;
+    case 5: tile(5, q, r, cols, w, sums); break;
+    case 4: tile(4, q, r, cols, w, sums); break;
+    case 3: tile(3, q, r, cols, w, sums); break;
+    case 2: tile(2, q, r, cols, w, sums); break;
+    default: tile(1, q, r, cols, w, sums); break;
+    }
+    for (int i = 0; i < R; i++) {
+        float *o = out + (r + i) * n + c;
+        finish8(_mm512_castsi512_si256(sums[i]), m, rs, b, low[r + i], span[r + i], o);
+        finish8(_mm512_extracti64x4_epi64(sums[i], 1), m + 8, rs + 8, b ? b + 8 : NULL, low[r + i], span[r + i],
+                o + 8);
+    }
+}
+
+static void block(const uint8_t *q, int64_t rows, int64_t cols, const int8_t *w, int64_t n, int64_t c,
+                  const float *m, const float *rs, const float *b, const float *low, const float *span, float *out) {
+    for (int64_t r = 0; r < rows; r += ROWS_PER_TILE) {
+        int64_t left = rows - r;
+        block_rows(q, r, left >= ROWS_PER_TILE ? ROWS_PER_TILE : (int)left, cols, w, n, c, m, rs, b, low, span,
+                   out);
     }
 }
 #else
-/* No AVX2 and FMA on this CPU: RowInt8Linear keeps fbgemm (handlers.model.int8_linear), never calls this. */
-int int8_linear_built(void) { return 0; }
-void int8_linear(const float *x, int64_t rows, int64_t cols, const int8_t *packed, int64_t n,
-                 const float *multiplier, const float *row_sums, const float *bias, float inverse, uint8_t *q,
-                 float *low, float *span, float *out) {}
+#define ROWS_PER_TILE 6
+
+/* One 4-input step of 8 columns' exact int32 sums: vpdpbusd where AVX-VNNI has it, else AVX2's pair
+   (q <= 127 and |w| <= 128 keep vpmaddubsw's 16-bit pair sums from saturating). */
+static inline __m256i dot4(__m256i acc, __m256i x, __m256i weights) {
+#if defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(acc, x, weights);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(x, weights), _mm256_set1_epi16(1)));
+#endif
+}
+
+/* Rows r0..r0+R-1 (R <= 6) x the 8 columns at `half` of a block: R sums in registers, the block's
+   weights in L1 (always_inline and a constant R let the compiler keep every sum in a register). */
+static inline __attribute__((always_inline)) void tile(int R, const uint8_t *q, int64_t r0, int64_t cols,
+                                                       const int8_t *w, int half, __m256i *sums) {
+    __m256i acc[ROWS_PER_TILE];
+    for (int i = 0; i < R; i++) {
+        acc[i] = _mm256_setzero_si256();
+    }
+    const int64_t quads = cols / 4;
+    for (int64_t k = 0; k < quads; k++) {
+        __m256i weights = _mm256_loadu_si256((const __m256i *)(w + 64 * k + 32 * half));
+        for (int i = 0; i < R; i++) {
+            acc[i] = dot4(acc[i], _mm256_set1_epi32(quad(q + (r0 + i) * cols + 4 * k)), weights);
+        }
+    }
+    for (int i = 0; i < R; i++) {
+        sums[i] = acc[i];
+    }
+}
+
+static void block(const uint8_t *q, int64_t rows, int64_t cols, const int8_t *w, int64_t n, int64_t c,
+                  const float *m, const float *rs, const float *b, const float *low, const float *span, float *out) {
+    for (int half = 0; half < 2; half++) {
+        const int64_t at = 8 * half;
+        for (int64_t r = 0; r < rows;) {
+            __m256i sums[ROWS_PER_TILE];
+            int64_t left = rows - r;
+            int R = left >= ROWS_PER_TILE ? ROWS_PER_TILE : (int)left;
+            switch (R) {
+            case 6: tile(6, q, r, cols, w, half, sums); break;
+            case 5: tile(5, q, r, cols, w, half, sums); break;
+            case 4: tile(4, q, r, cols, w, half, sums); break;
+            case 3: tile(3, q, r, cols, w, half, sums); break;
+            case 2: tile(2, q, r, cols, w, half, sums); break;
+            default: tile(1, q, r, cols, w, half, sums); break;
+            }
+            for (int i = 0; i < R; i++) {
+                finish8(sums[i], m + at, rs + at, b ? b + at : NULL, low[r + i], span[r + i],
+                        out + (r + i) * n + c + at);
+            }
+            r += R;
+        }
+    }
+}
+#endif
+
+int EXPORT(int8_linear_built)(void) { return 1; }
+
+/* out (rows x n) = the per-row int8 layer of x (rows x cols): see the comment above. `q` (rows x cols
+   bytes) and `low`, `span` (rows floats each) are scratch; `multiplier` has n floats (scale x each
+   column's weight scale, as fbgemm makes it), `bias` may be NULL. */
+void EXPORT(int8_linear)(const float *x, int64_t rows, int64_t cols, const int8_t *packed, int64_t n,
+                         const float *multiplier, const float *row_sums, const float *bias, float inverse,
+                         uint8_t *q, float *low, float *span, float *out) {
+    map_quantize(x, rows, cols, inverse, q, low, span);
+    for (int64_t b = 0; b < n / 16; b++) {
+        const int64_t c = b * 16;
+        block(q, rows, cols, packed + b * 16 * cols, n, c, multiplier + c, row_sums + c, bias ? bias + c : NULL, low,
+              span, out);
+    }
+}
+#else
+/* No AVX2 and FMA in this path: RowInt8Linear keeps fbgemm (handlers.model.int8_linear), never calls this. */
+int EXPORT(int8_linear_built)(void) { return 0; }
+void EXPORT(int8_linear)(const float *x, int64_t rows, int64_t cols, const int8_t *packed, int64_t n,
+                         const float *multiplier, const float *row_sums, const float *bias, float inverse,
+                         uint8_t *q, float *low, float *span, float *out) {}
+#endif
+
+#ifdef KERNEL_COMMON
+/* Once per library (in the generic object): what the CPU and the OS offer, from CPUID and XGETBV
+   (libgcc's __builtin_cpu_supports), one bit each in handlers/model/native.py's CPU_FEATURES order. */
+int64_t cpu_features(void) {
+    __builtin_cpu_init();
+    const int have[] = {
+        __builtin_cpu_supports("avx2"),       __builtin_cpu_supports("fma"),
+        __builtin_cpu_supports("avx512f"),    __builtin_cpu_supports("avx512bw"),
+        __builtin_cpu_supports("avx512vl"),   __builtin_cpu_supports("avx512vnni"),
+        __builtin_cpu_supports("avxvnni"),    __builtin_cpu_supports("amx-tile"),
+        __builtin_cpu_supports("amx-int8"),
+    };
+    int64_t bits = 0;
+    for (int64_t i = 0; i < (int64_t)(sizeof have / sizeof have[0]); i++) {
+        bits |= (int64_t)(have[i] != 0) << i;
+    }
+    return bits;
+}
+
+/* The hash of the kernels.c this library was built from (native.py refuses a stale library). */
+const char *kernels_source(void) { return KERNELS_SOURCE; }
 #endif

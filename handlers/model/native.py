@@ -1,13 +1,23 @@
-"""Our C kernels (kernels.c), built with the machine's C compiler at first use and loaded with ctypes.
+"""Our C kernels (kernels.c): built ahead of time into one library, one path per instruction set,
+the path chosen from CPUID when a process first needs the kernels.
 
-The library is cached per source, flags and CPU (-march=native), so a host builds it once. Where it
-cannot be built (no compiler, as in the slim image; no writable cache) the callers use torch's
-operators, and a warning says so once: every kernel gives the results of the torch calls it stands
-for (tests/unit/test_row_int8_kernels.py, tests/unit/test_top_k.py), so nothing else depends on it.
+`python -m handlers.model.native` (`make kernels`, which `make serve`, `make test` and the image's
+build stage run) compiles kernels.c once per path, without -march=native, and links the objects
+into `libzh_en_kernels.so` beside this file; archive.build packs it into both archives. Nothing
+compiles in a worker. Every path's functions carry its name (map_rows_avx2, ...), give the same
+bits as the torch calls they stand for and as each other (tests/unit/test_row_int8_kernels.py,
+test_int8_linear.py, test_top_k.py run every path the host can), and one setting picks a path:
+`cpu_kernels` in the handler yaml (handlers.handler_config), `auto` by default.
+
+`auto` takes the best path that a host of ours has proven (PATHS' `proven`: the same bits as the
+others, shown by the tests on that instruction set) and that the CPU offers. A path nobody has run
+stays off unless named. Where the library is missing or stale (its source hash is not kernels.c's),
+torch's operators stand in with a warning: the same results, slower.
 """
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import functools
 import hashlib
@@ -16,14 +26,63 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("kernels.c")
+LIBRARY = Path(__file__).with_name("libzh_en_kernels.so")
 # -ffp-contract=off: a fused multiply-add only where the source asks for one (fmaf), as torch does.
-FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-shared", "-fPIC")
+COMMON_FLAGS = ("-O3", "-ffp-contract=off", "-fno-math-errno", "-fPIC", "-Wall", "-Wno-psabi")
+# kernels.c's cpu_features() bits, in this order (GCC's __builtin_cpu_supports names).
+CPU_FEATURES = (
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512vnni",
+    "avxvnni",
+    "amx-tile",
+    "amx-int8",
+)
+
+
+@dataclass(frozen=True)
+class KernelPath:
+    """One instruction-set path: what the CPU must offer, how it is compiled, who proved its bits."""
+
+    name: str
+    needs: tuple[str, ...]
+    flags: tuple[str, ...]
+    # The host and date whose run of the kernel tests showed this path's bits equal to the others'
+    # (docs/INT8.md keeps the table); "" = none yet, so `auto` never takes it.
+    proven: str
+    x86_only: bool = True
+
+
+ZEN3 = "AMD EPYC Zen 3 (AVX2, no AVX-512), 2 vCPUs, 2026-11-28"
+AVX2 = ("-mavx2", "-mfma")
+PATHS: tuple[KernelPath, ...] = (
+    KernelPath("generic", (), (), proven=ZEN3, x86_only=False),
+    KernelPath("avx2", ("avx2", "fma"), AVX2, proven=ZEN3),
+    KernelPath("avx_vnni", ("avx2", "fma", "avxvnni"), (*AVX2, "-mavxvnni"), proven=""),
+    KernelPath(
+        "avx512_vnni",
+        ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512vnni"),
+        (*AVX2, "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"),
+        proven="",
+    ),
+)
+BY_NAME = {path.name: path for path in PATHS}
+# `torch`: no C kernels at all (torch's operators); `auto`: see the module's docstring.
+CHOICES = ("auto", "torch", *BY_NAME)
+
 POINTER, SIZE = ctypes.c_void_p, ctypes.c_int64
 SIGNATURES = {
     "map_rows": ([POINTER, SIZE, SIZE, POINTER, POINTER, POINTER], None),
@@ -38,64 +97,225 @@ SIGNATURES = {
 }
 
 
-def build(cache: Path | None = None) -> Path:
-    """The compiled library for this source, flags and CPU: built once, then found in the cache."""
-    compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
-    if compiler is None:
-        raise FileNotFoundError("no C compiler (cc or gcc) on PATH")
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode() + _cpu().encode()).hexdigest()[:16]
-    directory = cache or _cache_dir()
-    library = directory / f"kernels-{key}.so"
-    if library.exists():
-        return library
-    directory.mkdir(parents=True, exist_ok=True)
-    # Workers may build at once: each writes its own file and renames it into place.
-    with tempfile.NamedTemporaryFile(dir=directory, suffix=".so", delete=False) as partial:
-        pass
-    try:
-        subprocess.run(
-            [compiler, *FLAGS, "-o", partial.name, str(SOURCE), "-lm"],
-            check=True,
-            capture_output=True,
-            timeout=120,
-            text=True,
+class KernelChoiceError(ValueError):
+    """A named kernel path that is unknown, not built, or not offered by this CPU."""
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """The library's functions for one path. `int8_linear` is None where the path has no int8 matmul
+    or fbgemm's own matmul is the faster one on this CPU (matmuls_are_ours)."""
+
+    path: KernelPath
+    map_rows: Callable[..., Any]
+    restore_rows: Callable[..., Any]
+    top_k_rows: Callable[..., Any]
+    int8_linear: Callable[..., Any] | None
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def source_hash() -> str:
+    """What a library must have been built from: kernels.c and every path's flags."""
+    flags = " ".join([*COMMON_FLAGS, *(f"{p.name}:{' '.join(p.flags)}" for p in PATHS)])
+    return hashlib.sha256(SOURCE.read_bytes() + flags.encode()).hexdigest()[:16]
+
+
+def buildable_paths(machine: str | None = None) -> list[KernelPath]:
+    """The paths compiled on this architecture: all of them on x86-64, `generic` elsewhere."""
+    x86 = (machine or platform.machine()) in ("x86_64", "AMD64", "i686")
+    return [path for path in PATHS if x86 or not path.x86_only]
+
+
+def build(out: Path = LIBRARY, compiler: str | None = None) -> Path:
+    """Compile kernels.c once per path and link one library at `out` (replaced atomically)."""
+    cc = compiler or shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if cc is None:
+        raise FileNotFoundError(
+            "no C compiler (cc or gcc) on PATH: `make kernels` installs gcc where apt-get exists"
         )
-        os.replace(partial.name, library)
-    finally:
-        Path(partial.name).unlink(missing_ok=True)
-    return library
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".kernels-") as scratch:
+        objects = []
+        for path in buildable_paths():
+            obj = Path(scratch) / f"{path.name}.o"
+            defines = [f"-DKERNEL_PATH={path.name}"]
+            if path.name == "generic":
+                defines += ["-DKERNEL_COMMON", f'-DKERNELS_SOURCE="{source_hash()}"']
+            _run([cc, *COMMON_FLAGS, *path.flags, *defines, "-c", str(SOURCE), "-o", str(obj)])
+            objects.append(str(obj))
+        partial = Path(scratch) / out.name
+        _run([cc, "-shared", "-o", str(partial), *objects, "-lm"])
+        os.replace(partial, out)
+    return out
 
 
-def open_library(path: Path) -> ctypes.CDLL:
-    """The library at `path` with its functions' argument types set (ctypes lets go of the GIL in them)."""
+def _run(command: list[str]) -> None:
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    if done.returncode:
+        raise subprocess.CalledProcessError(done.returncode, command, done.stdout, done.stderr)
+
+
+def open_library(path: Path = LIBRARY) -> ctypes.CDLL:
+    """The library at `path` with its functions' argument types set (ctypes lets go of the GIL in them);
+    refused (OSError) if it was built from another kernels.c."""
     library = ctypes.CDLL(str(path))
-    for name, (arguments, result) in SIGNATURES.items():
-        function = getattr(library, name)
-        function.argtypes, function.restype = arguments, result
+    library.kernels_source.restype = ctypes.c_char_p
+    built_from = library.kernels_source().decode()
+    if built_from != source_hash():
+        raise OSError(
+            f"{path} is stale (built from {built_from}, kernels.c is {source_hash()}): run `make kernels`"
+        )
+    library.cpu_features.restype = ctypes.c_int64
+    for path_name in (p.name for p in buildable_paths()):
+        for name, (arguments, result) in SIGNATURES.items():
+            function = getattr(library, f"{name}_{path_name}")
+            function.argtypes, function.restype = arguments, result
     return library
+
+
+def cpu_features(library: ctypes.CDLL) -> frozenset[str]:
+    """What this CPU and OS offer (CPUID and XGETBV, through libgcc), by CPU_FEATURES' names."""
+    bits = int(library.cpu_features())
+    return frozenset(name for index, name in enumerate(CPU_FEATURES) if bits >> index & 1)
+
+
+def supported(library: ctypes.CDLL) -> list[KernelPath]:
+    """The built paths this CPU can run, baseline first."""
+    features = cpu_features(library)
+    return [path for path in buildable_paths() if set(path.needs) <= features]
+
+
+def matmuls_are_ours(path: KernelPath, features: frozenset[str], named: bool) -> bool:
+    """Whether int8_linear or fbgemm's matmul runs the int8 layers (the same bits either way).
+
+    Decided by measurement, one row per case: on AMD EPYC Zen 3 (AVX2, 2026-11-27) int8_linear beat
+    fbgemm at every decoder layer (handlers.model.int8_linear); on AMD EPYC Zen 4, whose fbgemm runs
+    AVX-512 VNNI, our AVX2 path decoded batches of 16 at 0.84x (greedy) and 0.83x (beam 4) of
+    fbgemm's (bench.hot_path, 2026-11-28, docs/INT8.md). So ours runs only where its path is at
+    least what fbgemm uses: no AVX-512 VNNI on the CPU, or our AVX-512 VNNI path. A named path
+    always runs its own, so that tests and benchmarks can compare any two.
+    """
+    if named:
+        return True
+    return path.name == "avx512_vnni" or "avx512vnni" not in features
+
+
+def load(choice: str = "auto", library_path: Path = LIBRARY) -> Kernels | None:
+    """The kernels for `choice` (CHOICES), or None for `torch`. A named path that is unknown, not
+    built or not offered by this CPU is a KernelChoiceError; so is a missing library, except for
+    `auto`, which then returns None (the caller warns)."""
+    if choice not in CHOICES:
+        raise KernelChoiceError(f"cpu_kernels must be one of {CHOICES}, got {choice!r}")
+    if choice == "torch":
+        return None
+    try:
+        library = open_library(library_path)
+    except OSError as error:
+        if choice == "auto":
+            return None
+        raise KernelChoiceError(
+            f"cpu_kernels: {choice} asked for, but the C kernels are not loadable: {error}"
+        ) from error
+    features, runnable = cpu_features(library), supported(library)
+    if choice == "auto":
+        path = [p for p in runnable if p.proven][-1]  # generic is proven and runs anywhere
+    elif BY_NAME[choice] not in runnable:
+        missing = sorted(set(BY_NAME[choice].needs) - features)
+        raise KernelChoiceError(
+            f"cpu_kernels: {choice} needs {', '.join(missing)}, which this CPU does not offer"
+        )
+    else:
+        path = BY_NAME[choice]
+    functions = {name: getattr(library, f"{name}_{path.name}") for name in SIGNATURES}
+    ours = bool(functions["int8_linear_built"]()) and matmuls_are_ours(path, features, choice != "auto")
+    return Kernels(
+        path,
+        functions["map_rows"],
+        functions["restore_rows"],
+        functions["top_k_rows"],
+        functions["int8_linear"] if ours else None,
+    )
+
+
+_choice = "auto"
+
+
+def use(choice: str) -> Kernels | None:
+    """Make `choice` this process's kernels (a worker's `cpu_kernels`); returns them. Checked at once:
+    a named path this host cannot run fails the load with a KernelChoiceError."""
+    global _choice
+    load(choice)  # raises before anything changes
+    _choice = choice
+    current.cache_clear()
+    from handlers.model.native_rows import default_row_ops  # the row ops made from the old choice
+
+    default_row_ops.cache_clear()
+    return current()
 
 
 @functools.cache
-def library() -> ctypes.CDLL | None:
-    """This process's kernels, or None where they cannot be built (said once, as a warning)."""
+def current() -> Kernels | None:
+    """This process's kernels (`use`, else auto), or None: torch's operators, said once as a warning."""
+    kernels = load(_choice)
+    if kernels is None and _choice == "auto":
+        reason = _why_not_loadable()
+        logger.warning("C kernels not loaded (%s): torch's operators stand in, same results", reason)
+    elif kernels is not None:
+        logger.info("C kernels: %s", describe(kernels))
+    return kernels
+
+
+def describe(kernels: Kernels | None) -> str:
+    """One line for logs and results: the path, who holds the int8 matmuls, what the CPU offers."""
+    if kernels is None:
+        return "torch (no C kernels)"
+    matmuls = "int8_linear" if kernels.int8_linear is not None else "fbgemm"
+    proven = kernels.path.proven or "not yet proven on any host"
+    return f"{kernels.name} (int8 matmuls: {matmuls}; path proven: {proven})"
+
+
+def name_of(kernels: Kernels | None) -> str:
+    return "torch" if kernels is None else kernels.name
+
+
+def _why_not_loadable() -> str:
+    if not LIBRARY.exists():
+        return f"{LIBRARY.name} not built: run `make kernels`"
     try:
-        return open_library(build())
-    except (OSError, subprocess.SubprocessError) as error:
-        detail = error.stderr if isinstance(error, subprocess.CalledProcessError) else error
-        logger.warning("C kernels not built (%s): torch's operators stand in, same results", detail)
-        return None
+        open_library()
+    except OSError as error:
+        return str(error)
+    return "unknown"
 
 
-def _cache_dir() -> Path:
-    root = os.environ.get("XDG_CACHE_HOME") or (Path.home() / ".cache")
-    return Path(root) / "zh_en" / "native"
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Build the C kernels ahead of time, or say what this host runs."
+    )
+    parser.add_argument("--out", type=Path, default=LIBRARY)
+    parser.add_argument("--check", action="store_true", help="build nothing: print the paths this host runs")
+    args = parser.parse_args(argv)
+    if not args.check:
+        up_to_date = args.out.exists() and _loads(args.out)
+        if not up_to_date:
+            print(f"building {args.out.name}: {', '.join(p.name for p in buildable_paths())}", flush=True)
+            build(args.out)
+    library = open_library(args.out)
+    runnable = [p.name for p in supported(library)]
+    print(f"{args.out}: this CPU runs {', '.join(runnable)}; auto takes {describe(load('auto', args.out))}")
+    return 0
 
 
-def _cpu() -> str:
-    """What -march=native compiled for: the CPU's model and feature flags (a cache shared across hosts)."""
+def _loads(path: Path) -> bool:
     try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        open_library(path)
     except OSError:
-        return platform.processor()
-    wanted = [line for line in lines if line.startswith(("model name", "flags", "Features"))]
-    return "\n".join(sorted(set(wanted)))
+        return False
+    return True
+
+
+if __name__ == "__main__":
+    sys.exit(main())

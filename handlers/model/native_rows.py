@@ -5,13 +5,12 @@ back after it (handlers.model.row_int8). In torch that is ten small operator cal
 a decode step has 37 layers. kernels.c does each side in one pass, with the same IEEE operations
 in the same order, so both give the same bits. Alone, it made our engine 3-6% faster in an
 in-process A/B (the profiler, which inflates small operators, had promised more); python -m
-bench.hot_path measures it with the rest of the hot path. Where the C kernels are not built
+bench.hot_path measures it with the rest of the hot path. Where the C kernels are not loaded
 (handlers.model.native), torch's calls stand in.
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
 from typing import Protocol
 
@@ -66,10 +65,11 @@ class TorchRowOps:
 
 
 class NativeRowOps:
-    """kernels.c's map_rows and restore_rows (handlers.model.native)."""
+    """kernels.c's map_rows and restore_rows on one of its paths (handlers.model.native)."""
 
-    def __init__(self, library: ctypes.CDLL) -> None:
-        self._map, self._restore = library.map_rows, library.restore_rows
+    def __init__(self, kernels: native.Kernels) -> None:
+        self.kernels = kernels
+        self._map, self._restore = kernels.map_rows, kernels.restore_rows
 
     def map_rows(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         flat = _float_rows(flat)
@@ -109,17 +109,16 @@ def _float_rows(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def load(choice: str = "auto") -> RowOps:
-    """`native` (the C kernels, or an error), `torch`, or `auto`: native where it builds, else torch."""
-    if choice == "torch":
-        return TorchRowOps()
-    if choice == "native":
-        return NativeRowOps(native.open_library(native.build()))
-    built = native.library()
-    return TorchRowOps() if built is None else NativeRowOps(built)
+    """The row ops for a native.CHOICES name: `torch`, a named path (or a KernelChoiceError), or `auto`
+    (native.load's choice, torch's operators where the library is missing)."""
+    kernels = native.load(choice)
+    return TorchRowOps() if kernels is None else NativeRowOps(kernels)
 
 
 @functools.cache
 def default_row_ops() -> RowOps:
-    """The C kernels where they build, else torch's operators: made once per process (a worker's
-    forked partitions inherit it). Both give the same bits, so nothing else depends on which."""
-    return load("auto")
+    """This process's kernels (native.current) as row ops, else torch's operators: made once per
+    process (a worker's forked partitions inherit it; native.use clears it). Both give the same
+    bits, so nothing else depends on which."""
+    kernels = native.current()
+    return TorchRowOps() if kernels is None else NativeRowOps(kernels)

@@ -18,8 +18,9 @@ for the row that set it. Weights stay the int8 tensors quantize_dynamic made; th
 (bench/studies/README.md) chose this over torch._int_mm and int8 weight-only kernels. The
 element-wise work on either side of the matmul runs in one C call each where a compiler built
 them, in torch's operators otherwise: the same bits either way (handlers.model.native_rows).
-Where the C kernels hold int8_linear (AVX2 and FMA), the mapping, the matmul and the epilogue are
-one C call with fbgemm's bits (handlers.model.int8_linear), and fbgemm is not called at all.
+Where the C kernels' path holds int8_linear (AVX2 and up, where it beats fbgemm on the CPU), the
+mapping, the matmul and the epilogue are one C call with fbgemm's bits (handlers.model.int8_linear),
+and fbgemm is not called at all.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import torch
 from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
 
-from handlers.model.int8_linear import Int8Linear, fits, library_for_int8_linear
+from handlers.model.int8_linear import Int8Linear, fits, int8_linear_of
 from handlers.model.native_rows import TINY_SPAN, NativeRowOps, RowOps, default_row_ops
 
 # What fbgemm's dynamic matmul picks for a row mapped onto [0, 1] with reduce_range (7 bits: 0..127).
@@ -85,9 +86,9 @@ class RowInt8Linear(nn.Module):
         otherwise fbgemm's (or oneDNN's) packing. Either way, one copy and the same bits.
         """
         self.ops = ops
-        library = library_for_int8_linear() if one_call and isinstance(ops, NativeRowOps) else None
+        run = int8_linear_of(ops.kernels) if one_call and isinstance(ops, NativeRowOps) else None
         # The whole layer as one int8_linear call, or None: fbgemm with the mapping around it.
-        self.whole = Int8Linear(weight, library) if library is not None and fits(weight) else None
+        self.whole = Int8Linear(weight, run) if run is not None and fits(weight) else None
         self.packed = None if self.whole is not None else torch.ops.quantized.linear_prepack(weight, None)
         # fbgemm's packed weights (engines fbgemm and x86) take the scale given; oneDNN's have no such call.
         fbgemm = torch.backends.quantized.engine in ("fbgemm", "x86")

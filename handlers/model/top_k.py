@@ -16,16 +16,16 @@ from handlers.model import native
 
 def top_k(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """torch.topk(values, k, dim=-1) (largest first): values and their indices, (..., k) each."""
-    library = native.library()
+    kernels = native.current()
     width = int(values.shape[-1])
-    if library is None or values.dtype != torch.float32 or not 0 < k <= width:
+    if kernels is None or values.dtype != torch.float32 or not 0 < k <= width:
         return torch.topk(values, k, dim=-1)
     rows = values.reshape(-1, width).contiguous()
     count = rows.shape[0]
     top, columns = rows.new_empty((count, k)), torch.empty((count, k), dtype=torch.long)
     undecided = torch.empty(count, dtype=torch.uint8)
     pointers = rows.data_ptr(), count, width, k, top.data_ptr(), columns.data_ptr(), undecided.data_ptr()
-    if library.top_k_rows(*pointers):
+    if kernels.top_k_rows(*pointers):
         left = undecided.nonzero().flatten()
         top[left], columns[left] = torch.topk(rows[left], k, dim=-1)  # each row on its own: same answer
     shape = (*values.shape[:-1], k)

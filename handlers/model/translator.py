@@ -23,6 +23,7 @@ from transformers.utils import logging as transformers_logging
 
 from handlers.errors import OverLimit
 from handlers.handler_config import HandlerConfig
+from handlers.model import native
 from handlers.model.batching import pad_batch, plan_units
 from handlers.model.decoding import Decoder, RowLimits, make_decoder, release_copied_layers
 from handlers.model.heap_trim import allocations_outside_the_heap
@@ -49,6 +50,7 @@ class ModelInfo:
     quantized_linear: int
     threads: int
     load_seconds: float
+    kernels: str = "torch"  # the C kernels' path (handlers.model.native), "torch" for none
 
 
 def configure_threads(threads: int) -> None:
@@ -75,6 +77,7 @@ class Translator:
         started = time.perf_counter()
         transformers_logging.disable_progress_bar()  # progress bars would flood the worker log
         configure_threads(config.threads)
+        kernels = native.use(config.cpu_kernels)  # before quantizing: the int8 layers are made for them
         tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
         # Long sentences are cut by handlers.model.long_sentences, never truncated: silence the warning.
         tokenizer.model_max_length = sys.maxsize
@@ -95,6 +98,7 @@ class Translator:
                 quantized_linear=count_quantized_linear(model),
                 threads=torch.get_num_threads(),
                 load_seconds=0.0,
+                kernels=native.name_of(kernels),
             )
             decoder = make_decoder(config.decoder, model, tokenizer)
             release_copied_layers(model, decoder)  # a server keeps no int8 weight twice

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
 import pytest
+import requests
 
 from archive.tatoeba import REPO_ROOT
 from serving.client import ServerError
@@ -39,7 +42,10 @@ IMPORT_FROM_ARCHIVE = """
 import json, sys
 sys.path.insert(0, sys.argv[1])  # as TorchServe does: the unpacked archive first on the path
 import zh_en_handler
+from handlers.model import native
+kernels = native.current()  # the library the archive carries, built ahead of time
 loaded = {name: module.__file__ for name, module in sys.modules.items() if name.split(".")[0] == "handlers"}
+loaded["kernels library"] = str(native.LIBRARY) if kernels is not None else "none"
 print(json.dumps(loaded))
 """
 
@@ -49,7 +55,8 @@ def test_the_handler_imports_every_module_from_its_archive(tiny_store: Path, tmp
     otherwise be found in this checkout (installed in the venv) and the test would not notice."""
     with zipfile.ZipFile(tiny_store / "zh_en_int8.mar") as mar:
         mar.extractall(tmp_path)
-    for pattern in ("*.py", "*.c"):  # the C source: the worker builds its per-row int8 kernels from it
+    # The C kernels' source and the library make kernels built from it: a worker never compiles.
+    for pattern in ("*.py", "*.c", "*.so"):
         shipped = sorted(str(path.relative_to(tmp_path)) for path in (tmp_path / "handlers").rglob(pattern))
         source = sorted(str(path.relative_to(REPO_ROOT)) for path in (REPO_ROOT / "handlers").rglob(pattern))
         assert shipped == source
@@ -65,6 +72,28 @@ def test_the_handler_imports_every_module_from_its_archive(tiny_store: Path, tmp
     assert {"handlers.wire.parsing", "handlers.text.documents", "handlers.model.translator"} <= set(loaded)
     outside = {name: file for name, file in loaded.items() if not Path(file).is_relative_to(tmp_path)}
     assert not outside, f"imported from outside the archive: {outside}"
+
+
+def test_the_worker_log_and_metrics_name_the_c_kernel_path(server: TorchServe) -> None:
+    """The path auto takes on this CPU (handlers.model.native), in the worker's load line and as the
+    CpuKernels dimension of the work-done counters."""
+    from handlers.model import native
+
+    expected = native.name_of(native.load("auto"))
+    assert server.client.translate("内核路径的测试句子。").status_code == 200
+    log = (server.workdir / "logs" / "model_log.log").read_text()
+    assert re.findall(r"cpu_kernels=(\w+)", log)[-1] == expected
+    deadline = time.monotonic() + 30  # the handler reports at most once a second under step scheduling
+    pattern = (
+        rf'^SentencesTranslated\{{Variant="int8",CpuKernels="{expected}",ModelName="zh_en".*\}} [0-9.]+$'
+    )
+    while not re.search(
+        pattern, metrics := requests.get(f"{server.client.endpoints.metrics}/metrics", timeout=30).text, re.M
+    ):
+        assert time.monotonic() < deadline, [
+            line for line in metrics.splitlines() if "SentencesTranslated" in line
+        ]
+        time.sleep(0.5)
 
 
 def test_translate_json_text_and_list(server: TorchServe) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import threading
 import time
@@ -110,6 +111,19 @@ def test_the_image_answers_the_readme_request_and_holds_runtime_only(container: 
         f"image {size / 1e9:.2f} GB; build {figures['build_s']:.0f} s; /ping {figures['ping_s']:.1f} s and "
         f"first translation {figures['first_translation_s']:.1f} s after podman run"
     )
+
+
+def test_the_worker_runs_c_kernels_that_the_build_stage_compiled(container: Running) -> None:
+    """The archives carry the kernels' library (make kernels in the build stage), the runtime stage
+    has no compiler, and the worker's load line names the C kernel path it chose from CPUID."""
+    compilers = podman("exec", NAME, "sh", "-c", "command -v cc gcc || true").strip()
+    assert compilers == "", f"the runtime image holds a compiler: {compilers}"
+    model_log = podman("exec", NAME, "sh", "-c", "cat logs/model_log.log 2>/dev/null || true")
+    worker_log = container_log() + model_log
+    paths = re.findall(r"cpu_kernels=(\w+)", worker_log)
+    assert paths, worker_log[-2000:]
+    assert "torch" not in paths and "C kernels not loaded" not in worker_log, worker_log[-2000:]
+    print(f"the image's worker runs the C kernels' {paths[-1]} path")
 
 
 def test_stop_drains_a_request_in_flight(container: Running) -> None:

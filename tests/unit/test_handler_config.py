@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import yaml
 
@@ -44,7 +46,15 @@ def test_unknown_key_is_rejected_and_named() -> None:
 
 @pytest.mark.parametrize(
     ("key", "value"),
-    [("threads", "2"), ("threads", True), ("warmup", 1), ("new_tokens_ratio", "2"), ("variant", 8)],
+    [
+        ("threads", "2"),
+        ("threads", True),
+        ("warmup", 1),
+        ("new_tokens_ratio", "2"),
+        ("variant", 8),
+        ("cpu_kernels", 2),
+        ("int8_kernels", None),
+    ],
 )
 def test_wrong_type_is_rejected(key: str, value: object) -> None:
     with pytest.raises(ConfigError, match=key):
@@ -53,11 +63,31 @@ def test_wrong_type_is_rejected(key: str, value: object) -> None:
 
 @pytest.mark.parametrize(
     "raw",
-    [{"variant": "int4"}, {"threads": 0}, {"num_beams": 9}, {"max_input_tokens": 513}, {"max_new_tokens": 0}],
+    [
+        {"variant": "int4"},
+        {"threads": 0},
+        {"num_beams": 9},
+        {"max_input_tokens": 513},
+        {"max_new_tokens": 0},
+        {"cpu_kernels": "avx9"},
+        {"int8_kernels": "mkl"},
+    ],
 )
 def test_out_of_range_values_are_rejected(raw: dict[str, object]) -> None:
     with pytest.raises(ConfigError):
         HandlerConfig.from_mapping(raw)
+
+
+def test_every_field_of_every_type_is_checked_from_the_yaml() -> None:
+    """Each key, given its default, parses: no field has a type from_mapping cannot check (an
+    `int8_kernels: onednn` once raised a KeyError for its Literal type instead of loading)."""
+    defaults = HandlerConfig()
+    raw = {field.name: getattr(defaults, field.name) for field in dataclasses.fields(HandlerConfig)}
+    assert HandlerConfig.from_mapping(raw) == defaults
+    assert (
+        HandlerConfig.from_mapping({"int8_kernels": "onednn", "cpu_kernels": "generic"}).cpu_kernels
+        == "generic"
+    )
 
 
 def test_config_is_frozen() -> None:

@@ -1,5 +1,7 @@
 """int8_linear (one C call per int8 layer) gives the bits of the fbgemm path it replaces: the mapping
-in torch's operators, fbgemm's matmul, the epilogue in torch's operators (TorchRowOps)."""
+in torch's operators, fbgemm's matmul, the epilogue in torch's operators (TorchRowOps), on every
+instruction-set path with an int8 matmul that this CPU runs (AVX2, AVX-VNNI, AVX-512 VNNI:
+tests/kernel_paths.py skips, saying why, the ones it lacks)."""
 
 from __future__ import annotations
 
@@ -8,15 +10,18 @@ import warnings
 import pytest
 import torch
 
-from handlers.model import int8_linear
-from handlers.model.native_rows import TorchRowOps, default_row_ops
+from handlers.model import int8_linear, native_rows
+from handlers.model.native_rows import RowOps, TorchRowOps
 from handlers.model.row_int8 import RowInt8Linear, fuse
+from tests.kernel_paths import kernel_paths
 from tests.unit.test_row_int8_kernels import hard_rows, same_bits
 
-pytestmark = pytest.mark.skipif(
-    int8_linear.library_for_int8_linear() is None,
-    reason="int8_linear needs the C kernels built for AVX2 and FMA",
-)
+
+@pytest.fixture(scope="module", params=kernel_paths(int8_matmul=True))
+def ops(request: pytest.FixtureRequest) -> RowOps:
+    """One path's kernels, named, so its int8_linear holds every layer it fits."""
+    return native_rows.load(request.param)
+
 
 # (rows, inputs, outputs): the decoder's layers for one sentence, a beam, a batch and an encoder
 # call, the cross-attention keys and values, and the tiny stand-in's widths.
@@ -45,27 +50,27 @@ def quantized_linear(inputs: int, outputs: int, seed: int) -> tuple[torch.Tensor
     return weight, bias
 
 
-def pair(weight: torch.Tensor, bias: torch.Tensor | None) -> tuple[RowInt8Linear, RowInt8Linear]:
+def pair(weight: torch.Tensor, bias: torch.Tensor | None, ops: RowOps) -> tuple[RowInt8Linear, RowInt8Linear]:
     """The same weight as one int8_linear call and through fbgemm with torch's operators around it."""
-    ours, theirs = RowInt8Linear(weight, bias, default_row_ops()), RowInt8Linear(weight, bias, TorchRowOps())
+    ours, theirs = RowInt8Linear(weight, bias, ops), RowInt8Linear(weight, bias, TorchRowOps())
     assert ours.whole is not None and theirs.whole is None
     return ours, theirs
 
 
 @pytest.mark.parametrize(("rows", "inputs", "outputs"), SHAPES)
 def test_a_layer_gives_the_bits_of_fbgemm_between_torchs_operators(
-    rows: int, inputs: int, outputs: int
+    ops: RowOps, rows: int, inputs: int, outputs: int
 ) -> None:
     weight, bias = quantized_linear(inputs, outputs, seed=rows)
     x = hard_rows(rows, inputs, torch.Generator().manual_seed(rows + inputs))  # constant, outlier, subnormal
     for given in (bias, None):
-        ours, theirs = pair(weight, given)
+        ours, theirs = pair(weight, given, ops)
         with torch.inference_mode():
             assert same_bits(ours(x), theirs(x))
 
 
-def test_fused_projections_and_cut_output_layers_keep_the_bits() -> None:
-    layers = [pair(*quantized_linear(512, 512, seed)) for seed in range(3)]
+def test_fused_projections_and_cut_output_layers_keep_the_bits(ops: RowOps) -> None:
+    layers = [pair(*quantized_linear(512, 512, seed), ops) for seed in range(3)]
     x = hard_rows(9, 512, torch.Generator().manual_seed(9))
     ours, theirs = fuse([a for a, _ in layers]), fuse([b for _, b in layers])  # per-channel scales
     ids = torch.tensor([0, 5, 17, 200, 311, 400, 401, 402, 500, 501, 502, 503, 504, 505, 506, 511])
@@ -75,7 +80,7 @@ def test_fused_projections_and_cut_output_layers_keep_the_bits() -> None:
         assert cut.whole is not None and same_bits(cut(x), layers[0][1].rows(ids)(x))
 
 
-def test_quantization_rounds_as_fbgemm_at_every_rounding_point() -> None:
+def test_quantization_rounds_as_fbgemm_at_every_rounding_point(ops: RowOps) -> None:
     """Rows holding 0 and 1 map onto themselves, so these inputs are the quantizer's own: the floats
     nearest each midpoint (q + 1/2) / 127, where rounding up or down decides the int8 value."""
     midpoints = (torch.arange(127, dtype=torch.float64) + 0.5) / 127
@@ -88,25 +93,25 @@ def test_quantization_rounds_as_fbgemm_at_every_rounding_point() -> None:
     codes = torch.zeros(64, 32, dtype=torch.int8)
     codes[torch.arange(32), torch.arange(32)] = 1
     one_hot = torch._make_per_tensor_quantized_tensor(codes, weight.q_scale(), 0)
-    ours, theirs = pair(one_hot, bias)
+    ours, theirs = pair(one_hot, bias, ops)
     with torch.inference_mode():
         assert same_bits(
             ours(torch.nn.functional.pad(rows, (0, 2))), theirs(torch.nn.functional.pad(rows, (0, 2)))
         )
 
 
-def test_the_weight_comes_back_as_quantize_dynamic_made_it() -> None:
+def test_the_weight_comes_back_as_quantize_dynamic_made_it(ops: RowOps) -> None:
     weight, bias = quantized_linear(64, 48, seed=2)
-    ours, _ = pair(weight, bias)
+    ours, _ = pair(weight, bias, ops)
     back = ours.weight()
     assert torch.equal(back.int_repr(), weight.int_repr()) and back.q_scale() == weight.q_scale()
     assert ours.packed is None, "one copy of the weights: int8_linear's order only"
 
 
-def test_shapes_it_does_not_fit_keep_fbgemm() -> None:
+def test_shapes_it_does_not_fit_keep_fbgemm(ops: RowOps) -> None:
     for inputs, outputs in ((5, 7), (512, 32000)):  # 7 outputs: no multiple of 16; the output layer
         weight, bias = quantized_linear(inputs, outputs, seed=3)
-        layer = RowInt8Linear(weight, bias, default_row_ops())
+        layer = RowInt8Linear(weight, bias, ops)
         assert layer.whole is None and layer.packed is not None
     shifted = torch._make_per_tensor_quantized_tensor(torch.zeros(16, 4, dtype=torch.int8), 0.1, 3)
     assert not int8_linear.fits(shifted), "a zero point: fbgemm subtracts offsets int8_linear does not"

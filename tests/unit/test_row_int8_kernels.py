@@ -1,5 +1,6 @@
-"""The C kernels for the per-row int8 mapping give torch's operators' results, bit for bit; how
-the kernels are built and what stands in without a compiler (handlers.model.native).
+"""The C kernels for the per-row int8 mapping give torch's operators' results, bit for bit, on every
+instruction-set path this CPU runs (tests/kernel_paths.py; how they are built and chosen:
+tests/unit/test_native.py).
 
 Inputs include the rows that stress the mapping: constant rows (span 0), one large value among
 small ones, subnormals, mixed signs and widths that are no multiple of a vector's lanes.
@@ -7,22 +8,22 @@ small ones, subnormals, mixed signs and widths that are no multiple of a vector'
 
 from __future__ import annotations
 
-import logging
-from pathlib import Path
-
 import pytest
 import torch
 
-from handlers.model import native, native_rows
+from handlers.model import native
 from handlers.model.native_rows import NativeRowOps, TorchRowOps
 from handlers.model.row_int8 import RowInt8Linear, fuse
+from tests.kernel_paths import kernel_paths
 
 SHAPES = [(1, 512, 1536), (64, 512, 512), (64, 2048, 512), (16, 512, 32000), (7, 33, 40), (3, 5, 7)]
 
 
-@pytest.fixture(scope="module")
-def kernels() -> NativeRowOps:
-    return NativeRowOps(native.open_library(native.build()))
+@pytest.fixture(scope="module", params=kernel_paths())
+def kernels(request: pytest.FixtureRequest) -> NativeRowOps:
+    path = native.load(request.param)
+    assert path is not None and path.name == request.param
+    return NativeRowOps(path)
 
 
 def hard_rows(rows: int, cols: int, generator: torch.Generator) -> torch.Tensor:
@@ -88,31 +89,6 @@ def test_int8_layers_give_the_same_outputs_on_either_ops(kernels: NativeRowOps) 
     fused, reference = fuse([fast for fast, _ in pairs]), fuse([slow for _, slow in pairs])
     assert fused.ops is kernels
     assert same_bits(fused(x), reference(x))
-
-
-def test_no_compiler_means_torchs_operators_and_a_warning(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
-) -> None:
-    monkeypatch.setattr(native, "_cache_dir", lambda: tmp_path)
-    monkeypatch.setattr("shutil.which", lambda name: None)
-    native.library.cache_clear()
-    try:
-        with caplog.at_level(logging.WARNING, logger=native.__name__):
-            assert native.library() is None
-            assert isinstance(native_rows.load("auto"), TorchRowOps)
-        assert "no C compiler" in caplog.text and "same results" in caplog.text
-        with pytest.raises(FileNotFoundError):
-            native_rows.load("native")
-    finally:
-        native.library.cache_clear()  # the next caller builds (or finds) the real one again
-    assert isinstance(native_rows.load("torch"), TorchRowOps)
-
-
-def test_the_build_is_cached_per_source_flags_and_cpu(tmp_path: Path) -> None:
-    first = native.build(tmp_path)
-    modified = first.stat().st_mtime_ns
-    assert native.build(tmp_path) == first and first.stat().st_mtime_ns == modified
-    assert [path.name for path in tmp_path.iterdir()] == [first.name], "no partial build left behind"
 
 
 def nn_linear(inputs: int, outputs: int) -> torch.nn.Linear:

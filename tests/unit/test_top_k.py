@@ -3,27 +3,31 @@ to torch.topk where a tie or a NaN could make torch.topk's own order of equal va
 
 from __future__ import annotations
 
-import ctypes
-
 import pytest
 import torch
 
 from handlers.model import native
 from handlers.model.top_k import top_k
+from tests.kernel_paths import kernel_paths
 
 
-@pytest.fixture(scope="module")
-def library() -> ctypes.CDLL:
-    return native.open_library(native.build())
+@pytest.fixture(scope="module", params=kernel_paths())
+def library(request: pytest.FixtureRequest) -> native.Kernels:
+    """One instruction-set path's kernels (each path this CPU runs, in turn)."""
+    kernels = native.load(request.param)
+    assert kernels is not None
+    return kernels
 
 
-def decided(library: ctypes.CDLL, values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+def decided(
+    library: native.Kernels, values: torch.Tensor, k: int
+) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The kernel's own answer, or None where it leaves a row to torch.topk."""
     return decided_rows(library, values, k)[0]
 
 
 def decided_rows(
-    library: ctypes.CDLL, values: torch.Tensor, k: int
+    library: native.Kernels, values: torch.Tensor, k: int
 ) -> tuple[tuple[torch.Tensor, torch.Tensor] | None, torch.Tensor]:
     """The kernel's answer (None if it left any row), and which rows it left to torch.topk."""
     rows = values.reshape(-1, values.shape[-1]).contiguous()
@@ -43,7 +47,7 @@ def log_probs(*shape: int, seed: int) -> torch.Tensor:
     ("shape", "k"), [((64, 32000), 8), ((16, 4, 32000), 8), ((1, 1, 32000), 2), ((3, 9), 9), ((5, 37), 6)]
 )
 def test_without_ties_the_kernel_answers_as_torch_topk(
-    library: ctypes.CDLL, shape: tuple[int, ...], k: int
+    library: native.Kernels, shape: tuple[int, ...], k: int
 ) -> None:
     values = log_probs(*shape, seed=sum(shape) + k)
     ours = decided(library, values, k)
@@ -76,7 +80,7 @@ LEFT = [[2], [1], [3], [0, 1], [0]]
 
 
 @pytest.mark.parametrize("index", range(5))
-def test_a_row_with_a_tie_or_a_nan_is_left_to_torch_topk(library: ctypes.CDLL, index: int) -> None:
+def test_a_row_with_a_tie_or_a_nan_is_left_to_torch_topk(library: native.Kernels, index: int) -> None:
     values = ties_and_nans()[index]
     answer, left = decided_rows(library, values, 8)
     assert answer is None and left.nonzero().flatten().tolist() == LEFT[index]
