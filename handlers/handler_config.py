@@ -25,7 +25,7 @@ Int8Kernels = Literal["fbgemm", "onednn", "auto"]
 # Our C kernels' instruction-set path (handlers.model.native): auto (the best one a host of ours has
 # proven, of those the CPU offers), torch (none: torch's operators), or one path by name (for tests
 # and benchmarks; a path this CPU lacks fails the load). Every path gives the same bits.
-CpuKernels = Literal["auto", "torch", "generic", "avx2", "avx_vnni", "avx512_vnni"]
+CpuKernels = Literal["auto", "torch", "generic", "avx2", "avx_vnni", "avx512_vnni", "amx"]
 
 # The model's positional limit: opus-mt-zh-en has max_position_embeddings 512.
 MODEL_MAX_TOKENS = 512

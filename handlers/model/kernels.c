@@ -209,8 +209,9 @@ int64_t EXPORT(top_k_rows)(const float *values, int64_t rows, int64_t cols, int6
    of 4 (the caller checks).
 
    The paths differ only in how they form the exact int32 sums: AVX2's vpmaddubsw + vpmaddwd pair
-   (32 multiply-adds), AVX-VNNI's vpdpbusd on 256 bits (32 in one instruction) and AVX-512 VNNI's
-   on 512 bits (64). Every float operation after the sums is finish8's on every path: the same bits. */
+   (32 multiply-adds), AVX-VNNI's vpdpbusd on 256 bits (32 in one instruction), AVX-512 VNNI's on
+   512 bits (64) and AMX's tdpbusd on 16 x 64 x 16 tiles. Every float operation after the sums is
+   finish8's on every path: the same bits. */
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -302,6 +303,65 @@ static void block(const uint8_t *q, int64_t rows, int64_t cols, const int8_t *w,
                    out);
     }
 }
+
+#if defined(__AMX_TILE__) && defined(__AMX_INT8__)
+/* AMX: tdpbusd multiplies a tile of up to 16 rows x 64 quantized inputs (u8) by 64 inputs x 16
+   columns of weights (s8, in groups of 4 inputs per column) into 16 x 16 int32 sums. Our pack order
+   is already that weight tile: a block's 16 consecutive quads (64 inputs) are 16 rows of 64 bytes,
+   1 KB in a row. The same exact int32 sums as every other path, then finish8's floats. Linux hands
+   out the tile registers only to a process that asks (arch_prctl), so prepare() asks first. */
+#include <sys/syscall.h>
+#include <unistd.h>
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+#define AMX_PREPARE 1
+
+int EXPORT(prepare)(void) { return (int)syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA); }
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_config;
+
+/* tmm0: R x 16 int32 sums; tmm1: R rows x 64 inputs; tmm2: 16 quads x 16 columns x 4 inputs. */
+static void configure(int R) {
+    tile_config config;
+    memset(&config, 0, sizeof config);
+    config.palette = 1;
+    config.rows[0] = config.rows[1] = (uint8_t)R;
+    config.rows[2] = 16;
+    config.colsb[0] = config.colsb[1] = config.colsb[2] = 64;
+    _tile_loadconfig(&config);
+}
+
+/* Every block for rows r0..r0+R-1 (cols a multiple of 64), one tile configuration for them all. */
+static void rows_amx(const uint8_t *q, int64_t r0, int R, int64_t cols, const int8_t *packed, int64_t n,
+                     const float *m, const float *rs, const float *b, const float *low, const float *span,
+                     float *out) {
+    int32_t sums[16 * 16] __attribute__((aligned(64)));
+    configure(R);
+    for (int64_t block = 0; block < n / 16; block++) {
+        const int8_t *w = packed + block * 16 * cols;
+        const int64_t c = block * 16;
+        _tile_zero(0);
+        for (int64_t k = 0; k < cols; k += 64) {
+            _tile_loadd(1, q + r0 * cols + k, cols);
+            _tile_loadd(2, w + 16 * k, 64);
+            _tile_dpbusd(0, 1, 2);
+        }
+        _tile_stored(0, sums, 64);
+        for (int i = 0; i < R; i++) {
+            float *o = out + (r0 + i) * n + c;
+            const float l = low[r0 + i], s = span[r0 + i];
+            finish8(_mm256_load_si256((const __m256i *)(sums + 16 * i)), m + c, rs + c, b ? b + c : NULL, l, s, o);
+            finish8(_mm256_load_si256((const __m256i *)(sums + 16 * i + 8)), m + c + 8, rs + c + 8,
+                    b ? b + c + 8 : NULL, l, s, o + 8);
+        }
+    }
+    _tile_release();
+}
+#endif
 #else
 #define ROWS_PER_TILE 6
 
@@ -370,6 +430,15 @@ void EXPORT(int8_linear)(const float *x, int64_t rows, int64_t cols, const int8_
                          const float *multiplier, const float *row_sums, const float *bias, float inverse,
                          uint8_t *q, float *low, float *span, float *out) {
     map_quantize(x, rows, cols, inverse, q, low, span);
+#ifdef AMX_PREPARE
+    if (cols % 64 == 0) { /* else AVX-512 VNNI's blocks below: a tile takes 64 inputs at a time */
+        for (int64_t r = 0; r < rows; r += 16) {
+            rows_amx(q, r, rows - r >= 16 ? 16 : (int)(rows - r), cols, packed, n, multiplier, row_sums, bias, low,
+                     span, out);
+        }
+        return;
+    }
+#endif
     for (int64_t b = 0; b < n / 16; b++) {
         const int64_t c = b * 16;
         block(q, rows, cols, packed + b * 16 * cols, n, c, multiplier + c, row_sums + c, bias ? bias + c : NULL, low,
@@ -382,6 +451,11 @@ int EXPORT(int8_linear_built)(void) { return 0; }
 void EXPORT(int8_linear)(const float *x, int64_t rows, int64_t cols, const int8_t *packed, int64_t n,
                          const float *multiplier, const float *row_sums, const float *bias, float inverse,
                          uint8_t *q, float *low, float *span, float *out) {}
+#endif
+
+#ifndef AMX_PREPARE
+/* What a process must do before this path's first call: nothing, but for AMX (above). 0: ready. */
+int EXPORT(prepare)(void) { return 0; }
 #endif
 
 #ifdef KERNEL_COMMON

@@ -68,14 +68,17 @@ class KernelPath:
 
 ZEN3 = "AMD EPYC Zen 3 (AVX2, no AVX-512), 2 vCPUs, 2026-11-28"
 AVX2 = ("-mavx2", "-mfma")
+AVX512_VNNI_NEEDS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512vnni")
+AVX512_VNNI = (*AVX2, "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni")
 PATHS: tuple[KernelPath, ...] = (
     KernelPath("generic", (), (), proven=ZEN3, x86_only=False),
     KernelPath("avx2", ("avx2", "fma"), AVX2, proven=ZEN3),
     KernelPath("avx_vnni", ("avx2", "fma", "avxvnni"), (*AVX2, "-mavxvnni"), proven=""),
+    KernelPath("avx512_vnni", AVX512_VNNI_NEEDS, AVX512_VNNI, proven=""),
     KernelPath(
-        "avx512_vnni",
-        ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512vnni"),
-        (*AVX2, "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"),
+        "amx",
+        (*AVX512_VNNI_NEEDS, "amx-tile", "amx-int8"),
+        (*AVX512_VNNI, "-mamx-tile", "-mamx-int8"),
         proven="",
     ),
 )
@@ -94,6 +97,7 @@ SIGNATURES = {
         None,
     ),
     "int8_linear_built": ([], ctypes.c_int),
+    "prepare": ([], ctypes.c_int),  # 0 once the process may run the path (AMX asks Linux for its tiles)
 }
 
 
@@ -200,7 +204,7 @@ def matmuls_are_ours(path: KernelPath, features: frozenset[str], named: bool) ->
     """
     if named:
         return True
-    return path.name == "avx512_vnni" or "avx512vnni" not in features
+    return path.name in ("avx512_vnni", "amx") or "avx512vnni" not in features
 
 
 def load(choice: str = "auto", library_path: Path = LIBRARY) -> Kernels | None:
@@ -230,6 +234,10 @@ def load(choice: str = "auto", library_path: Path = LIBRARY) -> Kernels | None:
     else:
         path = BY_NAME[choice]
     functions = {name: getattr(library, f"{name}_{path.name}") for name in SIGNATURES}
+    if functions["prepare"]() != 0:
+        raise KernelChoiceError(
+            f"cpu_kernels: {path.name}: the kernel refused to start (Linux gave no AMX tiles?)"
+        )
     ours = bool(functions["int8_linear_built"]()) and matmuls_are_ours(path, features, choice != "auto")
     return Kernels(
         path,
@@ -298,23 +306,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=LIBRARY)
     parser.add_argument("--check", action="store_true", help="build nothing: print the paths this host runs")
     args = parser.parse_args(argv)
-    if not args.check:
-        up_to_date = args.out.exists() and _loads(args.out)
-        if not up_to_date:
-            print(f"building {args.out.name}: {', '.join(p.name for p in buildable_paths())}", flush=True)
-            build(args.out)
+    if not args.check and not built_from_this_source(args.out):
+        print(f"building {args.out.name}: {', '.join(p.name for p in buildable_paths())}", flush=True)
+        build(args.out)
     library = open_library(args.out)
     runnable = [p.name for p in supported(library)]
     print(f"{args.out}: this CPU runs {', '.join(runnable)}; auto takes {describe(load('auto', args.out))}")
     return 0
 
 
-def _loads(path: Path) -> bool:
-    try:
-        open_library(path)
-    except OSError:
-        return False
-    return True
+def built_from_this_source(path: Path) -> bool:
+    """Whether the library at `path` embeds this source's hash: read from the file, not loaded, since a
+    process that loaded a library keeps that copy for its path even after the file is replaced."""
+    return path.exists() and f"{source_hash()}\0".encode() in path.read_bytes()
 
 
 if __name__ == "__main__":

@@ -39,6 +39,9 @@ def test_the_library_is_built_ahead_of_time_with_every_path(tmp_path: Path) -> N
         for function in native.SIGNATURES:
             assert hasattr(library, f"{function}_{path.name}")
     assert [p.name for p in tmp_path.iterdir()] == ["kernels.so"], "no objects or partial library left behind"
+    assert native.built_from_this_source(built), "make kernels skips an up-to-date library"
+    (tmp_path / "other.so").write_bytes(built.read_bytes().replace(native.source_hash().encode(), b"0" * 16))
+    assert not native.built_from_this_source(tmp_path / "other.so"), "and rebuilds one from another kernels.c"
     flags = " ".join(flag for path in native.PATHS for flag in path.flags)
     assert "-march=native" not in " ".join(native.COMMON_FLAGS) + flags, "one library for every x86-64 host"
 
