@@ -363,7 +363,13 @@ static void rows_amx(const uint8_t *q, int64_t r0, int R, int64_t cols, const in
 }
 #endif
 #else
-#define ROWS_PER_TILE 6
+/* Rows a tile holds: 2 x ROWS_PER_TILE sums (16 columns each row) in registers, beside the two weight
+   vectors, the broadcast row and AVX2's ones (14 of 16 ymm registers). 5 against 4 and 6: the
+   fastest or within noise of it at every decoder shape, 1 to 64 rows (AMD EPYC Zen 3, 2026-11-28,
+   bench/results/kernels-2026-11-28/README.md). */
+#ifndef ROWS_PER_TILE
+#define ROWS_PER_TILE 5
+#endif
 
 /* One 4-input step of 8 columns' exact int32 sums: vpdpbusd where AVX-VNNI has it, else AVX2's pair
    (q <= 127 and |w| <= 128 keep vpmaddubsw's 16-bit pair sums from saturating). */
@@ -375,48 +381,54 @@ static inline __m256i dot4(__m256i acc, __m256i x, __m256i weights) {
 #endif
 }
 
-/* Rows r0..r0+R-1 (R <= 6) x the 8 columns at `half` of a block: R sums in registers, the block's
-   weights in L1 (always_inline and a constant R let the compiler keep every sum in a register). */
+/* Rows r0..r0+R-1 x all 16 columns of a block: each weight line is read once per tile and each
+   broadcast row serves both halves (always_inline and a constant R keep every sum in a register). */
 static inline __attribute__((always_inline)) void tile(int R, const uint8_t *q, int64_t r0, int64_t cols,
-                                                       const int8_t *w, int half, __m256i *sums) {
-    __m256i acc[ROWS_PER_TILE];
+                                                       const int8_t *w, __m256i *low_half, __m256i *high_half) {
+    __m256i lo[ROWS_PER_TILE], hi[ROWS_PER_TILE];
     for (int i = 0; i < R; i++) {
-        acc[i] = _mm256_setzero_si256();
+        lo[i] = hi[i] = _mm256_setzero_si256();
     }
     const int64_t quads = cols / 4;
     for (int64_t k = 0; k < quads; k++) {
-        __m256i weights = _mm256_loadu_si256((const __m256i *)(w + 64 * k + 32 * half));
+        __m256i w0 = _mm256_loadu_si256((const __m256i *)(w + 64 * k));
+        __m256i w1 = _mm256_loadu_si256((const __m256i *)(w + 64 * k + 32));
         for (int i = 0; i < R; i++) {
-            acc[i] = dot4(acc[i], _mm256_set1_epi32(quad(q + (r0 + i) * cols + 4 * k)), weights);
+            __m256i x = _mm256_set1_epi32(quad(q + (r0 + i) * cols + 4 * k));
+            lo[i] = dot4(lo[i], x, w0);
+            hi[i] = dot4(hi[i], x, w1);
         }
     }
     for (int i = 0; i < R; i++) {
-        sums[i] = acc[i];
+        low_half[i] = lo[i];
+        high_half[i] = hi[i];
     }
 }
 
 static void block(const uint8_t *q, int64_t rows, int64_t cols, const int8_t *w, int64_t n, int64_t c,
                   const float *m, const float *rs, const float *b, const float *low, const float *span, float *out) {
-    for (int half = 0; half < 2; half++) {
-        const int64_t at = 8 * half;
-        for (int64_t r = 0; r < rows;) {
-            __m256i sums[ROWS_PER_TILE];
-            int64_t left = rows - r;
-            int R = left >= ROWS_PER_TILE ? ROWS_PER_TILE : (int)left;
-            switch (R) {
-            case 6: tile(6, q, r, cols, w, half, sums); break;
-            case 5: tile(5, q, r, cols, w, half, sums); break;
-            case 4: tile(4, q, r, cols, w, half, sums); break;
-            case 3: tile(3, q, r, cols, w, half, sums); break;
-            case 2: tile(2, q, r, cols, w, half, sums); break;
-            default: tile(1, q, r, cols, w, half, sums); break;
-            }
-            for (int i = 0; i < R; i++) {
-                finish8(sums[i], m + at, rs + at, b ? b + at : NULL, low[r + i], span[r + i],
-                        out + (r + i) * n + c + at);
-            }
-            r += R;
+    for (int64_t r = 0; r < rows;) {
+        __m256i lo[ROWS_PER_TILE], hi[ROWS_PER_TILE];
+        int64_t left = rows - r;
+        int R = left >= ROWS_PER_TILE ? ROWS_PER_TILE : (int)left;
+        switch (R) {
+#if ROWS_PER_TILE >= 6
+        case 6: tile(6, q, r, cols, w, lo, hi); break;
+#endif
+#if ROWS_PER_TILE >= 5
+        case 5: tile(5, q, r, cols, w, lo, hi); break;
+#endif
+        case 4: tile(4, q, r, cols, w, lo, hi); break;
+        case 3: tile(3, q, r, cols, w, lo, hi); break;
+        case 2: tile(2, q, r, cols, w, lo, hi); break;
+        default: tile(1, q, r, cols, w, lo, hi); break;
         }
+        for (int i = 0; i < R; i++) {
+            float *o = out + (r + i) * n + c;
+            finish8(lo[i], m, rs, b, low[r + i], span[r + i], o);
+            finish8(hi[i], m + 8, rs + 8, b ? b + 8 : NULL, low[r + i], span[r + i], o + 8);
+        }
+        r += R;
     }
 }
 #endif
