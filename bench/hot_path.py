@@ -10,7 +10,10 @@ the stand-in) decoded in batches of 16 and one at a time, greedy and beam 4, thr
 - mapped: the path before int8_linear: the C kernels for the mapping around fbgemm's matmul told
   the unit scale (handlers.model.row_int8.unit_scale_product), the C top-k and the in-place reorder
   that copies only the rows whose beam came from another row;
-- ours: as mapped, with every int8 layer one int8_linear call (handlers.model.int8_linear);
+- ours: as mapped, with every int8 layer one int8_linear call (handlers.model.int8_linear), the
+  output layer included;
+- ours, output on fbgemm: as ours with the output layer on fbgemm's matmul, as it ran until
+  2026-11-28 (int8_linear.MAX_COLUMNS 8,192);
 and CTranslate2 int8 with its vocabulary map after them as the yardstick. All run interleaved
 `repeats` times, the fastest round of each kept (CPU time). Every way must translate every sentence
 the same, or the command fails. Writes bench/results/hot-path.json, prints its table.
@@ -30,7 +33,7 @@ from bench.cli import BenchCli
 from bench.common import Sentence, is_standin, sample_sentences
 from bench.latency import options_for
 from handlers.handler_config import HandlerConfig
-from handlers.model import native, search, top_k
+from handlers.model import int8_linear, native, search, top_k
 from handlers.model.native_rows import NativeRowOps, RowOps, TorchRowOps
 from handlers.model.row_int8 import RowInt8Linear, dynamic_product, unit_scale_product
 from handlers.model.self_attention_cache import LayerCache, reorder
@@ -40,7 +43,8 @@ BATCH = 16
 TopK = Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]
 Reorder = Callable[[Sequence[LayerCache], torch.Tensor], None]
 Product = Callable[[torch.Tensor, Any], torch.Tensor]
-Way = tuple[RowOps, Product, TopK, Reorder, bool]  # bool: each layer one int8_linear call where it fits
+# bool: each layer one int8_linear call where it fits; int | None: the widest layer it may take
+Way = tuple[RowOps, Product, TopK, Reorder, bool, int | None]
 
 
 def _torch_top_k(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -71,15 +75,17 @@ def measure(model_dir: Path, count: int, repeats: int, say: Callable[[str], None
     widest = native.supported(native.open_library())[-1].name
     kernels = NativeRowOps(native.load(widest))  # type: ignore[arg-type]
     paths: dict[str, Way] = {
-        "torch": (TorchRowOps(), dynamic_product, _torch_top_k, _copy_reorder, False),
-        "mapped": (kernels, unit_scale_product, top_k.top_k, reorder, False),
-        "ours": (kernels, unit_scale_product, top_k.top_k, reorder, True),
+        "torch": (TorchRowOps(), dynamic_product, _torch_top_k, _copy_reorder, False, None),
+        "mapped": (kernels, unit_scale_product, top_k.top_k, reorder, False, None),
+        "ours, output on fbgemm": (kernels, unit_scale_product, top_k.top_k, reorder, True, 8192),
+        "ours": (kernels, unit_scale_product, top_k.top_k, reorder, True, None),
     }
     sentences = sample_sentences(translator.tokenizer, count)
 
     def switch(path: Way) -> None:
         """Every layer repacked for the way (the same int8 values), outside the timed decode."""
-        ops, product, chosen_top_k, chosen_reorder, one_call = path
+        ops, product, chosen_top_k, chosen_reorder, one_call, max_columns = path
+        int8_linear.MAX_COLUMNS = max_columns
         for layer in layers:
             layer.use(layer.weight(), ops, one_call)
             layer.product = product
@@ -132,15 +138,17 @@ def measure(model_dir: Path, count: int, repeats: int, say: Callable[[str], None
 
 def table(result: dict[str, Any]) -> str:
     lines = [
-        "| shape | beams | torch, sent/s | mapped, sent/s | ours, sent/s | ours / mapped | ours / torch "
-        "| mapped / CT2 + map | ours / CT2 + map |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| shape | beams | torch, sent/s | mapped, sent/s | ours, output on fbgemm, sent/s | ours, sent/s "
+        "| ours / mapped | ours / output on fbgemm | ours / torch | mapped / CT2 + map | ours / CT2 + map |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in result["rows"]:
         rate = row["sentences_per_s"]
+        before = rate.get("ours, output on fbgemm", float("nan"))  # results before 2026-11-28 have none
         lines.append(
             f"| {row['shape']} | {row['beams']} | {rate['torch']:.1f} | {rate['mapped']:.1f} | "
-            f"{rate['ours']:.1f} | {rate['ours'] / rate['mapped']:.3f}x | "
+            f"{before:.1f} | {rate['ours']:.1f} | {rate['ours'] / rate['mapped']:.3f}x | "
+            f"{rate['ours'] / before:.3f}x | "
             f"{rate['ours'] / rate['torch']:.3f}x | "
             f"{rate['mapped'] / rate['ct2+map']:.2f}x | {rate['ours'] / rate['ct2+map']:.2f}x |"
         )

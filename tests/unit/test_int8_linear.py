@@ -24,7 +24,7 @@ def ops(request: pytest.FixtureRequest) -> RowOps:
 
 
 # (rows, inputs, outputs): the decoder's layers for one sentence, a beam, a batch and an encoder
-# call, the cross-attention keys and values, and the tiny stand-in's widths.
+# call, the cross-attention keys and values, the tiny stand-in's widths and the output layer.
 SHAPES = [
     (1, 512, 1536),
     (4, 512, 512),
@@ -33,6 +33,7 @@ SHAPES = [
     (64, 512, 6144),
     (300, 512, 512),
     (3, 32, 64),
+    (16, 512, 32000),  # the output layer, a beam-4 step of 4 sentences
 ]
 
 
@@ -109,9 +110,8 @@ def test_the_weight_comes_back_as_quantize_dynamic_made_it(ops: RowOps) -> None:
 
 
 def test_shapes_it_does_not_fit_keep_fbgemm(ops: RowOps) -> None:
-    for inputs, outputs in ((5, 7), (512, 32000)):  # 7 outputs: no multiple of 16; the output layer
-        weight, bias = quantized_linear(inputs, outputs, seed=3)
-        layer = RowInt8Linear(weight, bias, ops)
-        assert layer.whole is None and layer.packed is not None
+    weight, bias = quantized_linear(5, 7, seed=3)  # 7 outputs: no multiple of 16
+    layer = RowInt8Linear(weight, bias, ops)
+    assert layer.whole is None and layer.packed is not None
     shifted = torch._make_per_tensor_quantized_tensor(torch.zeros(16, 4, dtype=torch.int8), 0.1, 3)
     assert not int8_linear.fits(shifted), "a zero point: fbgemm subtracts offsets int8_linear does not"
