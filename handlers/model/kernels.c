@@ -366,7 +366,7 @@ static void rows_amx(const uint8_t *q, int64_t r0, int R, int64_t cols, const in
 /* Rows a tile holds: 2 x ROWS_PER_TILE sums (16 columns each row) in registers, beside the two weight
    vectors, the broadcast row and AVX2's ones (14 of 16 ymm registers). 5 against 4 and 6: the
    fastest or within noise of it at every decoder shape, 1 to 64 rows (AMD EPYC Zen 3, 2026-11-28,
-   bench/results/kernels-2026-11-28/README.md). */
+   bench/results/kernels-2026-11-28/tile-study/results.md). */
 #ifndef ROWS_PER_TILE
 #define ROWS_PER_TILE 5
 #endif
