@@ -23,8 +23,6 @@ from typing import Any
 
 import torch
 
-from handlers.model import native
-
 # fbgemm quantizes by the reciprocal of the scale it is told, computed in float: 1 / float(1/127).
 UNIT_SCALE = torch.tensor(1 / 127, dtype=torch.float32)
 INVERSE = float(torch.tensor(1.0) / UNIT_SCALE)
@@ -107,8 +105,3 @@ def fits(weight: torch.Tensor) -> bool:
     if weight.qscheme() == torch.per_tensor_affine:
         return bool(weight.q_zero_point() == 0)
     return bool((weight.q_per_channel_zero_points() == 0).all())
-
-
-def int8_linear_of(kernels: native.Kernels | None) -> Callable[..., Any] | None:
-    """The path's int8_linear where it holds the int8 matmuls on this CPU, else None (fbgemm)."""
-    return None if kernels is None else kernels.int8_linear

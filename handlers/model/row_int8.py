@@ -32,7 +32,7 @@ import torch
 from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
 
-from handlers.model.int8_linear import Int8Linear, fits, int8_linear_of
+from handlers.model.int8_linear import Int8Linear, fits
 from handlers.model.native_rows import TINY_SPAN, NativeRowOps, RowOps, default_row_ops
 
 # What fbgemm's dynamic matmul picks for a row mapped onto [0, 1] with reduce_range (7 bits: 0..127).
@@ -86,7 +86,8 @@ class RowInt8Linear(nn.Module):
         otherwise fbgemm's (or oneDNN's) packing. Either way, one copy and the same bits.
         """
         self.ops = ops
-        run = int8_linear_of(ops.kernels) if one_call and isinstance(ops, NativeRowOps) else None
+        # The path's int8_linear, None where fbgemm holds the matmuls on this CPU (native.matmuls_are_ours).
+        run = ops.kernels.int8_linear if one_call and isinstance(ops, NativeRowOps) else None
         # The whole layer as one int8_linear call, or None: fbgemm with the mapping around it.
         self.whole = Int8Linear(weight, run) if run is not None and fits(weight) else None
         self.packed = None if self.whole is not None else torch.ops.quantized.linear_prepack(weight, None)
