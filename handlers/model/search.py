@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from handlers.model.cross_attention import CrossMemory
 from handlers.model.self_attention_cache import LayerCache, reorder
-from handlers.model.top_k import top_k
+from handlers.model.top_k import arg_max, top_k
 
 NEG = -1.0e9  # generate()'s "never pick this" score, added the same way so sums round the same
 # (owner, its finished hypotheses' generated ids, best first) of each sentence that ended this step:
@@ -154,7 +154,7 @@ class GreedyCohort(_CohortState):
 
     def advance(self, logits: torch.Tensor) -> Finished:
         self.vocabulary.constrain(logits, self.generated, self.caps, self.minimums)
-        tokens = self.vocabulary.ids[logits.argmax(-1)]
+        tokens = self.vocabulary.ids[arg_max(logits)]
         for result, token in zip(self.results, tokens.tolist(), strict=True):
             result.append(token)
         self.generated += 1

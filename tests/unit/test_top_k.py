@@ -1,5 +1,6 @@
 """The C top-k gives torch.topk's values and indices: itself where no values tie, by handing a row
-to torch.topk where a tie or a NaN could make torch.topk's own order of equal values count."""
+to torch.topk where a tie or a NaN could make torch.topk's own order of equal values count. Its
+k = 1 scan (arg_max, the greedy search's) gives torch.argmax's indices the same way."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 
 from handlers.model import native
-from handlers.model.top_k import top_k
+from handlers.model.top_k import arg_max, top_k
 from tests.kernel_paths import kernel_paths
 
 
@@ -87,3 +88,47 @@ def test_a_row_with_a_tie_or_a_nan_is_left_to_torch_topk(library: native.Kernels
     ours, expected = top_k(values, 8), torch.topk(values, 8, dim=-1)
     assert torch.equal(ours[1], expected.indices)
     assert torch.allclose(ours[0], expected.values, equal_nan=True)
+
+
+@pytest.mark.parametrize("shape", [(16, 32000), (1, 32000), (4, 2, 32000), (3, 9), (5, 1)])
+def test_without_ties_the_k1_scan_answers_as_torch_argmax(
+    library: native.Kernels, shape: tuple[int, ...]
+) -> None:
+    logits = torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape))) * 8
+    ours = decided(library, logits, 1)
+    assert ours is not None, "no ties here: the kernel decides"
+    expected = logits.argmax(-1)
+    assert torch.equal(ours[1].view(expected.shape), expected)
+    assert torch.equal(arg_max(logits), expected)
+
+
+def argmax_edges() -> torch.Tensor:
+    """Rows where torch.argmax's rules decide: equal maxima (first wins), NaNs (the first NaN wins),
+    all -inf, +0.0 beside -0.0, +inf twice, the maximum last or first, and a constrained greedy row."""
+    rows = torch.randn(10, 300, generator=torch.Generator().manual_seed(7))
+    rows[0, 40] = rows[0, 200] = 9.0
+    rows[1, 50], rows[1, 20] = float("nan"), float("nan")
+    rows[2] = float("-inf")
+    rows[3] = -1.0
+    rows[3, 8], rows[3, 3] = -0.0, 0.0
+    rows[4, 100] = rows[4, 7] = float("inf")
+    rows[5, -1] = 50.0
+    rows[6, 0] = 50.0
+    rows[7] = float("-inf")
+    rows[7, 123] = 0.0  # a forced eos
+    rows[8, 12] = float("nan")
+    rows[8, 13] = float("inf")
+    return rows
+
+
+def test_arg_max_gives_torch_argmax_on_ties_nans_and_infinities(library: native.Kernels) -> None:
+    rows = argmax_edges()
+    assert torch.equal(arg_max(rows), rows.argmax(-1))
+    _, left = decided_rows(library, rows, 1)
+    assert left.nonzero().flatten().tolist() == [0, 1, 2, 3, 4, 7, 8]  # 7: -inf ties before its 0
+
+
+def test_arg_max_without_the_library_is_torch_argmax(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(native, "current", lambda: None)
+    rows = argmax_edges()
+    assert torch.equal(arg_max(rows), rows.argmax(-1))
