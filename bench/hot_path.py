@@ -5,11 +5,13 @@
 One process, 1 thread, the int8 fast decoder: the same Tatoeba sentences (at reference lengths on
 the stand-in) decoded in batches of 16 and one at a time, greedy and beam 4, three ways:
 - torch: the per-row int8 mapping in torch's operators around fbgemm's dynamic matmul (which finds
-  the mapped rows' range itself), torch.topk for a beam's candidates, and a beam reorder that
+  the mapped rows' range itself), torch.topk for a beam's candidates, torch.argmax for greedy's
+  token, and a beam reorder that
   copies every row of every layer's cache;
 - mapped: the path before int8_linear: the C kernels for the mapping around fbgemm's matmul told
-  the unit scale (handlers.model.row_int8.unit_scale_product), the C top-k and the in-place reorder
-  that copies only the rows whose beam came from another row;
+  the unit scale (handlers.model.row_int8.unit_scale_product), the C top-k (and, since
+  2026-11-28, the C argmax) and the in-place reorder that copies only the rows whose beam came
+  from another row;
 - ours: as mapped, with every int8 layer one int8_linear call (handlers.model.int8_linear), the
   output layer included;
 - ours, output on fbgemm: as ours with the output layer on fbgemm's matmul, as it ran until
@@ -43,13 +45,18 @@ BATCH = 16
 TopK = Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]
 Reorder = Callable[[Sequence[LayerCache], torch.Tensor], None]
 Product = Callable[[torch.Tensor, Any], torch.Tensor]
+ArgMax = Callable[[torch.Tensor], torch.Tensor]
 # bool: each layer one int8_linear call where it fits; int | None: the widest layer it may take
-Way = tuple[RowOps, Product, TopK, Reorder, bool, int | None]
+Way = tuple[RowOps, Product, TopK, ArgMax, Reorder, bool, int | None]
 
 
 def _torch_top_k(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     found = torch.topk(values, k, dim=-1)
     return found.values, found.indices
+
+
+def _torch_arg_max(values: torch.Tensor) -> torch.Tensor:
+    return values.argmax(-1)
 
 
 def _copy_reorder(caches: Sequence[LayerCache], rows: torch.Tensor) -> None:
@@ -74,22 +81,24 @@ def measure(model_dir: Path, count: int, repeats: int, say: Callable[[str], None
     # The widest path this CPU runs, named, so that "ours" is its int8_linear on every layer it fits.
     widest = native.supported(native.open_library())[-1].name
     kernels = NativeRowOps(native.load(widest))  # type: ignore[arg-type]
+    search_c = (top_k.top_k, top_k.arg_max)
     paths: dict[str, Way] = {
-        "torch": (TorchRowOps(), dynamic_product, _torch_top_k, _copy_reorder, False, None),
-        "mapped": (kernels, unit_scale_product, top_k.top_k, reorder, False, None),
-        "ours, output on fbgemm": (kernels, unit_scale_product, top_k.top_k, reorder, True, 8192),
-        "ours": (kernels, unit_scale_product, top_k.top_k, reorder, True, None),
+        "torch": (TorchRowOps(), dynamic_product, _torch_top_k, _torch_arg_max, _copy_reorder, False, None),
+        "mapped": (kernels, unit_scale_product, *search_c, reorder, False, None),
+        "ours, output on fbgemm": (kernels, unit_scale_product, *search_c, reorder, True, 8192),
+        "ours": (kernels, unit_scale_product, *search_c, reorder, True, None),
     }
     sentences = sample_sentences(translator.tokenizer, count)
 
     def switch(path: Way) -> None:
         """Every layer repacked for the way (the same int8 values), outside the timed decode."""
-        ops, product, chosen_top_k, chosen_reorder, one_call, max_columns = path
+        ops, product, chosen_top_k, chosen_arg_max, chosen_reorder, one_call, max_columns = path
         int8_linear.MAX_COLUMNS = max_columns
         for layer in layers:
             layer.use(layer.weight(), ops, one_call)
             layer.product = product
         setattr(search, "top_k", chosen_top_k)  # noqa: B010  # the names the search looks them up by
+        setattr(search, "arg_max", chosen_arg_max)  # noqa: B010
         setattr(search, "reorder", chosen_reorder)  # noqa: B010
 
     def ours(groups: Sequence[list[Sentence]], beams: int) -> list[list[str]]:
