@@ -10,7 +10,7 @@ CONFIG := config/config.properties
 
 STRICT_FLAG := $(if $(filter 1,$(STRICT)),--strict,)
 
-.PHONY: help venv java cc kernels nginx archives serve stop test lint bench bench-quick bench-check layout soak fuzz swap fleet fleet-stop image image-test clean
+.PHONY: help venv java cc kernels nginx archives serve stop test lint bench bench-quick bench-check layout soak fuzz swap fleet fleet-stop image image-test clean config-doc
 
 help:
 	@echo "make serve   build the archives (MODEL=hub id|dir|synthetic, STRICT=1) and start TorchServe"
@@ -20,6 +20,7 @@ help:
 	@echo "make fuzz    the text stages' worst inputs (adversarial + Hypothesis): bench/results/fuzz.json, fails over budget"
 	@echo "make bench   quality, latency ladder, load and scheduler benchmarks, report with plots"
 	@echo "make libretranslate-peer   LibreTranslate 1.9.6 in its own venv under build/ with the stand-in as an Argos package: make bench's served peer"
+	@echo "make config-doc   write docs/CONFIGURATION.md from handlers/handler_config.py (a test fails when they differ)"
 	@echo "make layout  measure workers x threads x batch x row budget, print the winning model config"
 	@echo "make swap TO=1.0-fp32   zero-downtime switch of the default version"
 	@echo "make translate IN=corpus/ OUT=translated/ [ARGS='--beams 2']   batch prediction with the int8 archive on local Ray (docs/BATCH.md)"
@@ -203,3 +204,7 @@ image-test: $(DEV)
 
 clean:
 	rm -rf build $(STORE)/*.mar $(STORE)/.*.inputs logs
+
+# docs/CONFIGURATION.md is generated: every handler key, its default, bounds and what it changes.
+config-doc: $(RUNTIME)
+	$(BIN)/python -m handlers.handler_config > docs/CONFIGURATION.md

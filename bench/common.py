@@ -40,13 +40,18 @@ SCHEDULERS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     # static: the layout `make layout` measured best and that shipped before: 2 workers x 1 thread,
     # TorchServe batches of up to 16.
     "static": (
-        {"sentence_cache_entries": 0, "scheduler": "static", "threads": 1},
+        {"sentence_cache_entries": 0, "torchserve_batching": "static", "threads": 1},
         {"continuousBatching": False, "minWorkers": 2, "maxWorkers": 2, "batchSize": 16},
     ),
     "step": (
         # One worker holds the host's work: two running batches in two processes, as the two
         # static workers (handlers.scheduling.partition_processes).
-        {"sentence_cache_entries": 0, "scheduler": "step", "threads": 1, "step_partitions": 2},
+        {
+            "sentence_cache_entries": 0,
+            "torchserve_batching": "continuous",
+            "threads": 1,
+            "step_partitions": 2,
+        },
         {"continuousBatching": True, "minWorkers": 1, "maxWorkers": 1, "batchSize": 64},
     ),
 }

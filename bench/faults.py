@@ -127,7 +127,11 @@ def cold_store(model_dir: Path, workdir: Path, scheduler: str = "static") -> Pat
 def partitions_of(scheduler: str) -> int:
     """Step partitions per worker (0 for a static worker: it decodes in its own thread)."""
     handler = SCHEDULERS[scheduler][0]
-    return int(handler.get("step_partitions", 1)) if handler.get("scheduler") == "step" else 0
+    return (
+        int(handler.get("step_partitions", 1))
+        if handler.get("torchserve_batching", "continuous") == "continuous"
+        else 0
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

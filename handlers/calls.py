@@ -1,9 +1,9 @@
-"""How TorchServe calls the worker, the one thing the two admission policies change.
+"""How TorchServe calls the worker (`torchserve_batching`), the one thing the two ways change.
 
-- BatchCalls (`scheduler: static`): each call brings a TorchServe batch; the worker admits it,
-  steps the scheduler in its own thread until every sentence of it is decoded, and answers every
-  request whole. Several workers may run.
-- StepCalls (`scheduler: step`, TorchServe's continuousBatching): requests stay open across calls;
+- BatchCalls (`static`): each call brings a TorchServe batch; the worker admits it, steps the
+  scheduler in its own thread until every sentence of it is decoded, and answers every request
+  whole. Several workers may run.
+- StepCalls (`continuous`, TorchServe's continuousBatching): requests stay open across calls;
   partition processes step all the time, and each call admits what is new, takes what finished
   for a time slice, and answers every open request with a chunk (handlers.open_requests).
 
@@ -59,13 +59,16 @@ class StepCalls:
 
     def __init__(self, config: HandlerConfig, yaml: dict[str, Any]) -> None:
         if not yaml.get("continuousBatching"):
-            raise ConfigError("scheduler: step needs continuousBatching: true in the model-config yaml")
+            raise ConfigError(
+                "torchserve_batching: continuous needs continuousBatching: true in the model-config yaml"
+            )
         if max(yaml.get("minWorkers", 1), yaml.get("maxWorkers", 1)) > 1:
             # TorchServe 0.12 polls new jobs under one lock per model; an idle worker waits for a
             # job while holding it, so a second worker would stall every open request of the first
             # until the next request arrives. One worker, with step_partitions for the cores.
             raise ConfigError(
-                "scheduler: step needs minWorkers: 1 and maxWorkers: 1 (use step_partitions for cores)"
+                "torchserve_batching: continuous needs minWorkers: 1 and maxWorkers: 1 "
+                "(use step_partitions for cores)"
             )
         self.config = config
 
@@ -97,4 +100,11 @@ Calls = BatchCalls | StepCalls
 
 
 def calls_for(config: HandlerConfig, yaml: dict[str, Any]) -> Calls:
-    return StepCalls(config, yaml) if config.scheduler == "step" else BatchCalls(config)
+    if config.torchserve_batching == "continuous":
+        return StepCalls(config, yaml)
+    if yaml.get("continuousBatching"):
+        # TorchServe would call again for requests a static worker has already answered whole.
+        raise ConfigError(
+            "torchserve_batching: static needs continuousBatching unset or false in the model-config yaml"
+        )
+    return BatchCalls(config)

@@ -4,9 +4,9 @@ The handler's decoding is one path (handlers.translation.decoding over the step 
 differs between the two ways TorchServe calls a worker is only when requests arrive and how an
 answer leaves:
 
-- `scheduler: static` (TorchServe batches): a call brings a batch, decodes it to its end and
+- `torchserve_batching: static` (TorchServe batches): a call brings a batch, decodes it to its end and
   answers every request whole;
-- `scheduler: step` (TorchServe's continuousBatching): TorchServe calls the handler again and
+- `torchserve_batching: continuous` (TorchServe's continuousBatching): TorchServe calls the handler again and
   again while any request is open, a new request with its body and an open one with its id
   only, and every call answers every request with one chunk. The chunk's `more` flag becomes
   TorchServe's ts_stream_next: the first chunk of a request sends the HTTP status and headers

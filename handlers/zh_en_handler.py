@@ -8,8 +8,8 @@ out (the envelope's answer or error shape). Bad requests get their own 4xx; the 
 is still answered.
 
 How TorchServe calls the worker decides only when requests arrive and how answers leave
-(handlers.open_requests): `scheduler: static` decodes each TorchServe batch to its end in the
-worker's thread; `scheduler: step` (continuousBatching) keeps requests open across calls while
+(handlers.open_requests): `torchserve_batching: static` decodes each TorchServe batch to its end in the
+worker's thread; `torchserve_batching: continuous` (continuousBatching) keeps requests open across calls while
 partition processes step, and answers each call with a chunk per request.
 """
 
@@ -75,14 +75,14 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         self.requests = OpenRequests(decoding)
         info = self.translator.info
         logger.info(
-            "loaded model=%s version=%s variant=%s decoder=%s scheduler=%s max_batch_rows=%d source=%s "
-            "standin=%s parameters=%d quantized_linear=%d threads=%d cpu_kernels=%s "
+            "loaded model=%s version=%s variant=%s decoder=%s torchserve_batching=%s max_batch_rows=%d "
+            "source=%s standin=%s parameters=%d quantized_linear=%d threads=%d cpu_kernels=%s "
             "sentence_cache_entries=%d glossary_terms=%d load_seconds=%.2f",
             self.identity["model"],
             self.identity["version"],
             config.variant,
             self.translator.decoder.name,
-            config.scheduler,
+            config.torchserve_batching,
             config.max_batch_rows,
             info.source,
             info.standin,
@@ -165,7 +165,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         return _json(whole), False
 
     def _set_head(self, index: int, job: Job) -> None:
-        """Status and headers of request `index` (sent with its first chunk under scheduler: step)."""
+        """Status and headers of request `index` (sent with its first chunk under continuous batching)."""
         streaming = job.planned is not None and job.planned.request.stream
         self.context.set_response_content_type(
             index, "application/x-ndjson" if streaming else "application/json"
@@ -190,7 +190,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         try:
             answers = render(job.planned, self.translator.config.text_budget_ms / 1000)
         except Refused as refusal:
-            # Under scheduler: step a status may have gone out with a first chunk: the body says it.
+            # Under continuous batching a status may have gone out with a first chunk: the body says it.
             job.refuse(client_error(refusal))
             return self._body(job)
         body = native_body(
@@ -224,8 +224,8 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
 
     def _report(self) -> None:
         """Custom metrics (config/metrics.yaml declares them): counters, what waits and what runs,
-        and time to first sentence. Under scheduler: step at most once a second (calls come every
-        few ms, and each metric is a log line the frontend parses) and when the last open request
+        and time to first sentence. Under continuous batching at most once a second (calls come
+        every few ms, and each metric is a log line the frontend parses) and when the last open request
         is answered, so that nothing waits for the next request."""
         assert self.requests is not None
         assert self.calls is not None

@@ -88,8 +88,9 @@ def swap(
 ) -> str:
     """Make `target` the default version without failing a request; return the previous default.
 
-    `workers` defaults to what the target's model config starts. Under `scheduler: step` that is
-    one worker, and more would stall each other (docs/SCHEDULING.md, "One worker per model").
+    `workers` defaults to what the target's model config starts. Under `torchserve_batching:
+    continuous` that is one worker, and more would stall each other (docs/SCHEDULING.md, "One
+    worker per model").
     """
     workers = target.workers if workers is None else workers
     old = client.default_version()

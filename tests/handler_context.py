@@ -16,10 +16,17 @@ METRICS_CONFIG = REPO_ROOT / "config" / "metrics.yaml"
 
 
 def make_context(model_dir: Path, variant: str, batch: int, **handler_keys: Any) -> Context:
-    """A Context for one call of `batch` requests; handler_keys go into the yaml's handler section."""
-    yaml_config = {
-        "handler": {"variant": variant, "warmup": False, "max_texts_per_request": 4, **handler_keys}
+    """A Context for one call of `batch` requests; handler_keys go into the yaml's handler section.
+
+    One call answers its whole batch (torchserve_batching: static): nothing here calls again for
+    requests held open, as TorchServe's continuous batching would."""
+    handler = {
+        "variant": variant,
+        "warmup": False,
+        "max_texts_per_request": 4,
+        "torchserve_batching": "static",
     }
+    yaml_config = {"handler": {**handler, **handler_keys}}
     metrics = MetricsCacheYamlImpl(config_file_path=str(METRICS_CONFIG))
     context = Context(
         "zh_en",

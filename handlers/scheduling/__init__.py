@@ -1,1 +1,1 @@
-"""Decoding step by step across requests (scheduler: step): the scheduler and its partitions. No HTTP."""
+"""Decoding step by step across requests: the scheduler and its partitions. No HTTP."""

@@ -1,6 +1,6 @@
 """One step scheduler stepped in the worker's own thread, while the handler waits for it.
 
-A worker that admits requests only at TorchServe's batch boundaries (`scheduler: static`) has
+A worker that admits requests only at TorchServe's batch boundaries (`torchserve_batching: static`) has
 nothing to do between calls: each call submits its batch and steps until every sentence of it
 is done. Sentences still join the running batch as rows free up within the call, by the same
 policy and with the same ids as in partition processes (handlers.scheduling.partitions).

@@ -26,7 +26,8 @@ OPTION_KEYS = ("num_beams", "max_new_tokens", "min_new_tokens", "alternatives")
 # "sentences": also answer the aligned (source, translation) sentence pairs; "format": how the text
 # is marked up; "glossary": {"源词": "term"}, terms translated one fixed way.
 DOCUMENT_KEYS = ("sentences", "format", "glossary")
-# What v1/v2 bodies may carry as parameters; streaming ("stream", scheduler: step) is native only.
+# What v1/v2 bodies may carry as parameters; streaming ("stream", torchserve_batching: continuous)
+# is native only.
 PROTOCOL_KEYS = (*OPTION_KEYS, *DOCUMENT_KEYS)
 ALLOWED_KEYS = ("text", *PROTOCOL_KEYS, "stream")
 
@@ -67,10 +68,10 @@ def native_request(payload: Any, config: HandlerConfig) -> TranslationRequest:
     if not isinstance(stream, bool):
         raise InvalidRequest(f'"stream" must be true or false, got {stream!r}'[:200])
     glossary = _glossary(payload.get("glossary", {}), config)
-    if stream and config.scheduler != "step":
+    if stream and config.torchserve_batching != "continuous":
         raise InvalidRequest(
-            '"stream": true needs a model version served with scheduler: step; this one decodes '
-            "each batch to its end (scheduler: static)",
+            '"stream": true needs a model version served with torchserve_batching: continuous; '
+            "this one decodes each batch to its end (torchserve_batching: static)",
             status=400,
         )
     fmt: TextFormat = TEXT_FORMATS[TEXT_FORMATS.index(text_format)]

@@ -175,7 +175,7 @@ def test_stop_leaves_no_processes(tiny_store: Path, tmp_path: Path) -> None:
         assert len(workers) == layout["minWorkers"]
         # A step worker forks its partitions once it has loaded the model; they must go with it.
         partitions = [child for worker in workers for child in live_children(worker)]
-        step = layout["handler"].get("scheduler") == "step"
+        step = layout["handler"].get("torchserve_batching", "continuous") == "continuous"
         assert len(partitions) == (layout["handler"]["step_partitions"] * len(workers) if step else 0)
         pids = [server.java_pid(), *workers, *partitions]
         # Its workers' sockets are its own: the module's server runs beside it with workers 9000/9001 too.

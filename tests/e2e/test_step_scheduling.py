@@ -1,6 +1,7 @@
-"""The one decode path under both admission policies on real TorchServe: scheduler: step (the shipped
-continuousBatching layout) against scheduler: static (TorchServe batches, each decoded to its end):
-plain, with alternatives, streamed, refused, concurrent, and streamed through the nginx front door.
+"""The one decode path under both ways TorchServe calls the worker, on real TorchServe:
+torchserve_batching: continuous (the shipped continuousBatching layout) against
+torchserve_batching: static (TorchServe batches, each decoded to its end): plain, with
+alternatives, streamed, refused, concurrent, and streamed through the nginx front door.
 
 Both tiny int8 archives run with the sentence cache off; every step answer is compared with what
 the static archive gives.
@@ -27,12 +28,12 @@ from serving.processes import process_alive, wait_gone
 from serving.torchserve import TorchServe
 from tests.e2e.conftest_fleet import Loopback, QuietHandler, front_door
 
-STEP = {"scheduler": "step", "sentence_cache_entries": 0, "threads": 1, "step_partitions": 2}
+STEP = {"torchserve_batching": "continuous", "sentence_cache_entries": 0, "threads": 1, "step_partitions": 2}
 DOCUMENT = "。".join(f"第{n}个句子说明了一件事情" for n in range(1, 13)) + "。"
 QUICK = {"num_beams": 1, "max_new_tokens": 12}
 
 
-STATIC = {"scheduler": "static", "sentence_cache_entries": 0, "threads": 1}
+STATIC = {"torchserve_batching": "static", "sentence_cache_entries": 0, "threads": 1}
 STATIC_LAYOUT = {"continuousBatching": False, "minWorkers": 2, "maxWorkers": 2, "batchSize": 16}
 
 
@@ -135,7 +136,7 @@ def test_refusals_keep_their_status_and_body(step_server: TorchServe, static_ser
         assert step.status_code == static.status_code and 400 <= step.status_code < 500, step.text
         assert step.json() == static.json()
     refused = static_server.client.translate("你好", stream=True)
-    assert refused.status_code == 400 and "scheduler: step" in refused.json()["message"]
+    assert refused.status_code == 400 and "torchserve_batching: continuous" in refused.json()["message"]
 
 
 def test_concurrent_singles_and_documents_all_come_back_right(step_server: TorchServe) -> None:

@@ -89,9 +89,10 @@ def test_a_rolling_version_change_fails_no_request(fleet: Fleet, key_file: Path)
 
 
 def test_a_replica_killed_with_sigkill_loses_at_most_its_open_requests(fleet: Fleet, key_file: Path) -> None:
-    """As shipped (scheduler: step) a request's 200 head leaves with its first chunk, so nginx cannot
-    send a request that was open on the killed replica elsewhere (docs/SCHEDULING.md, "What a killed
-    worker loses"): at most one per client is lost; every later request goes to the live replica."""
+    """As shipped (torchserve_batching: continuous) a request's 200 head leaves with its first chunk,
+    so nginx cannot send a request that was open on the killed replica elsewhere
+    (docs/SCHEDULING.md, "What a killed worker loses"): at most one per client is lost; every later
+    request goes to the live replica."""
     victim = fleet.names()[0]
     action = lambda: kill_replica_under_load(fleet, victim, down_seconds=2.0)  # noqa: E731
     result = run(fleet, key_file, action, lost_allowed=CONCURRENCY)

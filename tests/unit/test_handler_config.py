@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from archive.tatoeba import REPO_ROOT
-from handlers.handler_config import ConfigError, HandlerConfig
+from handlers.handler_config import ConfigError, HandlerConfig, markdown
 
 
 def test_defaults_are_fp32_single_thread() -> None:
@@ -27,7 +27,7 @@ def test_shipped_model_configs_parse(variant: str) -> None:
     # one continuous-batching worker whose 2 partitions x 1 thread use a 2-vCPU host.
     assert {key: getattr(config, key) for key in raw["handler"]} == raw["handler"]
     assert (raw["continuousBatching"], raw["minWorkers"], raw["maxWorkers"]) == (True, 1, 1)
-    assert (config.scheduler, config.step_partitions, config.threads) == ("step", 2, 1)
+    assert (config.torchserve_batching, config.step_partitions, config.threads) == ("continuous", 2, 1)
     assert config.text_budget_ms == 2000  # not set there: the default, documented in docs/API.md
 
 
@@ -94,3 +94,41 @@ def test_config_is_frozen() -> None:
     config = HandlerConfig()
     with pytest.raises(AttributeError):
         config.threads = 4  # type: ignore[misc]
+
+
+def test_configuration_doc_is_generated_from_the_dataclass() -> None:
+    """docs/CONFIGURATION.md lists every key with its default and bounds: `make config-doc` writes it."""
+    written = (REPO_ROOT / "docs" / "CONFIGURATION.md").read_text()
+    assert written == markdown(), "docs/CONFIGURATION.md is stale: run `make config-doc`"
+    for spec in dataclasses.fields(HandlerConfig):
+        assert f"| `{spec.name}` |" in written and spec.metadata["what"]
+
+
+def test_shipped_yamls_set_what_the_code_defaults_to_but_the_variant() -> None:
+    """The code default is what ships: the yamls may spell a key out, never change it (variant aside)."""
+    defaults = HandlerConfig()
+    for variant in ("fp32", "int8"):
+        raw = yaml.safe_load((REPO_ROOT / "config" / f"zh_en_{variant}.yaml").read_text())["handler"]
+        differing = {key for key, value in raw.items() if getattr(defaults, key) != value}
+        assert differing <= {"variant"}, f"zh_en_{variant}.yaml changes {differing}"
+
+
+def test_the_renamed_scheduler_key_says_what_replaced_it() -> None:
+    with pytest.raises(ConfigError, match="torchserve_batching: continuous"):
+        HandlerConfig.from_mapping({"scheduler": "step"})
+
+
+@pytest.mark.parametrize(
+    ("raw", "named"),
+    [
+        ({"step_partitions": 0}, "step_partitions must be >= 1"),
+        ({"new_tokens_ratio": 0.0}, "new_tokens_ratio must be > 0.0"),
+        ({"max_input_tokens": 0}, "max_input_tokens must be between 1 and 512"),
+        ({"torchserve_batching": "step"}, "torchserve_batching must be one of"),
+        ({"num_beams": 0}, "num_beams must be >= 1"),
+        ({"glossary_file": "../x.tsv"}, "glossary_file must be a file name"),
+    ],
+)
+def test_every_bound_error_names_its_key(raw: dict[str, object], named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        HandlerConfig.from_mapping(raw)

@@ -159,7 +159,9 @@ def megabytes(quantity: str) -> float:
 
 
 def scheduler_of(layout: dict[str, Any]) -> str:
-    return str(layout["handler"].get("scheduler", "static"))
+    """The bench layout name (bench.common.SCHEDULERS' keys) of a model config's handler section."""
+    batching = layout["handler"].get("torchserve_batching", "continuous")
+    return "step" if batching == "continuous" else "static"
 
 
 def partitions_per_worker(layout: dict[str, Any]) -> int:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from handlers.handler_config import HandlerConfig, Scheduler
+from handlers.handler_config import HandlerConfig, TorchServeBatching
 from handlers.model.options import GenerationOptions
 from handlers.translation.request import TranslationRequest
 from handlers.wire.envelopes import read_body
@@ -87,18 +87,20 @@ def test_form_post_without_body_gets_415_with_the_fix() -> None:
     assert caught.value.status == 415 and "Content-Type" in caught.value.message
 
 
-@pytest.mark.parametrize("scheduler", ["static", "step"])
-def test_alternatives_parse_under_every_scheduler_and_streaming_needs_step(scheduler: Scheduler) -> None:
-    config = HandlerConfig(scheduler=scheduler)
+@pytest.mark.parametrize("batching", ["static", "continuous"])
+def test_alternatives_parse_under_every_batching_and_streaming_needs_continuous(
+    batching: TorchServeBatching,
+) -> None:
+    config = HandlerConfig(torchserve_batching=batching)
     envelope, payload = read_body({"body": {"text": "你好", "alternatives": 2}})
     assert envelope.parse(payload, config).options.alternatives == 2
     streamed = {"text": "你好", "stream": True}
-    if scheduler == "step":
+    if batching == "continuous":
         assert envelope.parse(streamed, config).stream
         return
     with pytest.raises(InvalidRequest) as caught:
         envelope.parse(streamed, config)
     assert (
         caught.value.status == 400
-        and "needs a model version served with scheduler: step" in caught.value.message
+        and "needs a model version served with torchserve_batching: continuous" in caught.value.message
     )
