@@ -19,9 +19,8 @@ from batch.archive_model import ArchiveModel, batch_config, open_archive
 from batch.units import JobOptions, Unit, UnitResult
 from handlers.errors import Refused
 from handlers.model.options import GenerationOptions
-from handlers.model.translator import Translator
 from handlers.scheduling.inline import InlineDriver
-from handlers.scheduling.step_scheduler import StepScheduler
+from handlers.scheduling.run import load_and_warm_up, scheduler_for
 from handlers.sentence_cache import SentenceCache
 from handlers.text.documents import TextFormat
 from handlers.text.glossary import NO_GLOSSARY, load_tsv
@@ -41,20 +40,13 @@ class UnitTranslator:
             raise ValueError(
                 f"beams must be between 1 and max_beams ({config.max_beams}); got {options.beams}"
             )
-        self.translator = Translator.load(self.archive.model_dir, config)
+        self.translator = load_and_warm_up(self.archive.model_dir, config)
         self.glossary = NO_GLOSSARY
         if config.glossary_file is not None:  # the deployment's TSV, shipped in the archive
             self.glossary = load_tsv(self.archive.model_dir / config.glossary_file, config.max_glossary_chars)
         self.identity = self.archive.identity(self.translator.decoder.name)
         model_tag = f"{self.identity['model']}/{self.identity['version']}/{config.variant}"
-        scheduler = StepScheduler(
-            self.translator.decoder,
-            self.translator.tokenizer.pad_token_id,
-            config.max_batch_rows,
-            config.max_cohorts,
-            config.document_rows_beside_interactive,
-            config.interactive_window_ms / 1000,
-        )
+        scheduler = scheduler_for(self.translator)
         cache = SentenceCache(config.sentence_cache_entries, config.sentence_cache_bytes)
         self.decoding = SentenceDecoding(self.translator, cache, model_tag, InlineDriver(scheduler))
 

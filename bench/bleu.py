@@ -66,17 +66,19 @@ def published(blocks: Sequence[Block]) -> Hypotheses:
 
 
 def in_process(blocks: Sequence[Block], model_dir: Path, variant: str, num_beams: int | None) -> Hypotheses:
-    """The handler's own path: Translator with the archive's handler config, batches of CHUNK."""
+    """The served loop in this process (handlers.scheduling.run) with the archive's handler config,
+    CHUNK sentences submitted at a time."""
     from handlers.handler_config import HandlerConfig
     from handlers.model.options import GenerationOptions
     from handlers.model.translator import Translator
+    from handlers.scheduling.run import translate
 
     translator = Translator.load(model_dir, HandlerConfig(variant=variant))  # type: ignore[arg-type]
     options = GenerationOptions(num_beams=num_beams)
     chunks = _chunks([b.source for b in blocks])
     texts: list[str] = []
     for done, chunk in enumerate(chunks, start=1):
-        texts += translator.translate(chunk, options)
+        texts += translate(translator, chunk, options)
         _say_batches(done, len(chunks))
     return Hypotheses(texts, translator.info.source, None, variant, translator.info.standin)
 

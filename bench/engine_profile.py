@@ -100,6 +100,7 @@ def ours(model_dir: Path, kernels: str, beams: int, batch: int, repeats: int) ->
     from bench.latency import options_for
     from handlers.handler_config import HandlerConfig
     from handlers.model.translator import Translator
+    from handlers.scheduling.run import translate_ids
 
     torch.set_num_threads(1)
     config = HandlerConfig(variant="int8", threads=1, warmup=False, int8_kernels=kernels)  # type: ignore[arg-type]
@@ -107,11 +108,11 @@ def ours(model_dir: Path, kernels: str, beams: int, batch: int, repeats: int) ->
     sentences = sample_sentences(translator.tokenizer, batch)
     ids = translator.encode([s.source for s in sentences])
     options = options_for(sentences, beams, is_standin(model_dir), shared=True)
-    translator.generate(ids, options)
+    translate_ids(translator, ids, options)
     with profile(activities=[ProfilerActivity.CPU]) as profiler, _int8_linear_recorded():
         started = time.perf_counter()
         for _ in range(repeats):
-            translator.generate(ids, options)
+            translate_ids(translator, ids, options)
         wall = time.perf_counter() - started
     events = profiler.key_averages()
     by_class: dict[str, float] = defaultdict(float)

@@ -6,8 +6,9 @@
 For each variant and beam count, every sentence is decoded alone by generate() with the
 non-target ids suppressed (the reference) and by the fast decoder; a difference is a sentence
 whose token ids differ, reported with the step where they first part (floating-point near-ties
-are the only expected cause). Batch invariance: the fast decoder in batches of 16 and of 64
-against the same sentences alone (0 expected: int8 quantizes each row on its own range,
+are the only expected cause). The fast decoder runs in the served loop (handlers.scheduling.run:
+admission and steps as a partition runs them). Batch invariance: 16 and 64 sentences submitted to
+that loop at a time against the same sentences alone (0 expected: int8 quantizes each row on its own range,
 handlers.model.row_int8). On the stand-in every output is forced to its reference length.
 
 Agreement (both variants run): int8's ids alone against fp32's alone, sentence by sentence. On the
@@ -35,6 +36,7 @@ from handlers.model.batching import pad_batch
 from handlers.model.decoding import FastDecoder, GenerateDecoder, RowLimits, make_decoder
 from handlers.model.options import GenerationOptions
 from handlers.model.translator import Translator
+from handlers.scheduling.run import decode_ids
 
 BATCHES = (16, 64)
 STANDIN_NOTE = (
@@ -68,23 +70,27 @@ def compare(model_dir: Path, variant: Variant, beams: int, count: int) -> tuple[
         for s, row in zip(sentences, ids, strict=True)
     ]
     pad = translator.tokenizer.pad_token_id
+    served = Translator(translator.model, translator.tokenizer, translator.config, translator.info, fast)
     alone: Rows = []
     parted: list[int] = []
     started = time.perf_counter()
     for index, (row, limit) in enumerate(zip(ids, limits, strict=True)):
         input_ids, mask = pad_batch([row], pad)
-        ours = fast.decode(input_ids, mask, [limit], beams)[0]
-        theirs = reference.decode(input_ids, mask, [limit], beams)[0]
+        ours = decode_ids(served, [row], [limit], beams)[0][0]
+        theirs = reference.generate(input_ids, mask, [limit], beams, 1)[0][0]
         alone.append(ours)
         if ours != theirs:
             parted.append(first_difference(ours, theirs))
         _say_every_50(f"{variant} beams={beams}", index, count, f"{len(parted)} differ", started)
 
     def batched(size: int) -> Rows:
+        """`size` sentences submitted to the served loop at a time (its 64-row budget admits them)."""
         rows: Rows = []
         for start in range(0, len(ids), size):
-            input_ids, mask = pad_batch(ids[start : start + size], pad)
-            rows += fast.decode(input_ids, mask, limits[start : start + size], beams)
+            rows += [
+                r[0]
+                for r in decode_ids(served, ids[start : start + size], limits[start : start + size], beams)
+            ]
         return rows
 
     run: dict[str, Any] = {
@@ -129,11 +135,12 @@ def peer_invariance(model_dir: Path, beams: int, count: int, length: int) -> lis
         return peer.translate_tokens(batch, beams, lengths)
 
     translator = Translator.load(model_dir, HandlerConfig(variant="int8", warmup=False))
-    pad = translator.tokenizer.pad_token_id
 
     def ours(batch: Sequence[str]) -> Rows:
-        input_ids, mask = pad_batch(translator.encode(list(batch)), pad)
-        return translator.decoder.decode(input_ids, mask, [RowLimits(length, length)] * len(batch), beams)
+        ranked = decode_ids(
+            translator, translator.encode(list(batch)), [RowLimits(length, length)] * len(batch), beams
+        )
+        return [r[0] for r in ranked]
 
     engines: list[tuple[str, Callable[[Sequence[str]], Sequence[list[Any]]]]] = [
         (f"CTranslate2 {ctranslate2_peer.version()} int8 + map", theirs),

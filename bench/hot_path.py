@@ -40,6 +40,7 @@ from handlers.model.native_rows import NativeRowOps, RowOps, TorchRowOps
 from handlers.model.row_int8 import RowInt8Linear, dynamic_product, unit_scale_product
 from handlers.model.self_attention_cache import LayerCache, reorder
 from handlers.model.translator import Translator
+from handlers.scheduling.run import translate_ids
 
 BATCH = 16
 TopK = Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]
@@ -101,10 +102,10 @@ def measure(model_dir: Path, count: int, repeats: int, say: Callable[[str], None
         setattr(search, "arg_max", chosen_arg_max)  # noqa: B010
         setattr(search, "reorder", chosen_reorder)  # noqa: B010
 
-    def ours(groups: Sequence[list[Sentence]], beams: int) -> list[list[str]]:
+    def ours(groups: Sequence[list[Sentence]], beams: int) -> list[list[list[str]]]:
         return [
-            translator.generate(
-                translator.encode([s.source for s in g]), options_for(g, beams, standin, True)
+            translate_ids(
+                translator, translator.encode([s.source for s in g]), options_for(g, beams, standin, True)
             )
             for g in groups
         ]

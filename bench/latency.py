@@ -220,12 +220,14 @@ def _load_engine(
 
 
 def _run_group(translator: Any, rung: Rung, group: list[Sentence], beams: int, standin: bool) -> None:
+    from handlers.scheduling.run import translate_ids  # the served loop, run to its end here
+
     options = options_for(group, beams, standin, shared=rung.shape == "batch" and rung.shared_lengths)
     ids = translator.encode([s.source for s in group])
     if rung.shape == "fixed128":
         _generate_fixed(translator, ids, options[0])
     else:
-        translator.generate(ids, options)
+        translate_ids(translator, ids, options)
 
 
 def _run_peer_group(peer: Any, group: list[Sentence], beams: int, standin: bool) -> None:

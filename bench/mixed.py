@@ -46,7 +46,7 @@ from bench.common import SCHEDULERS, archive_with, is_standin, sample_sentences
 from bench.load import LoadSpec, run_load
 from handlers.handler_config import HandlerConfig
 from handlers.model.options import GenerationOptions
-from handlers.model.translator import Translator
+from handlers.scheduling.run import load_and_warm_up, translate
 from serving.torchserve import TorchServe
 
 LOAD_KEYS = ("requests", "failures", "rps", "p50_ms", "p95_ms", "p99_ms")
@@ -124,7 +124,7 @@ def idle_bodies(model_dir: Path, sentences: int) -> tuple[list[dict[str, Any]], 
 
 def in_process_ms(model_dir: Path, singles: list[dict[str, Any]]) -> float:
     """The median time to translate each one-sentence body in this process, as one worker would."""
-    translator = Translator.load(model_dir, HandlerConfig(variant="int8", threads=1))
+    translator = load_and_warm_up(model_dir, HandlerConfig(variant="int8", threads=1))
     times = []
     for _ in range(3):
         for body in singles:
@@ -132,7 +132,7 @@ def in_process_ms(model_dir: Path, singles: list[dict[str, Any]]) -> float:
                 min_new_tokens=body.get("min_new_tokens"), max_new_tokens=body.get("max_new_tokens")
             )
             started = time.monotonic()
-            translator.translate([body["text"]], options)
+            translate(translator, [body["text"]], options)
             times.append((time.monotonic() - started) * 1000)
     return round(statistics.median(times), 1)
 

@@ -18,6 +18,7 @@ from bench.common import is_standin, now, sample_sentences
 from bench.latency import options_for
 from handlers.handler_config import DECODER_NAMES, DecoderName, HandlerConfig, Variant
 from handlers.model.translator import Translator
+from handlers.scheduling.run import translate_ids
 
 
 def profile_unit(
@@ -28,9 +29,9 @@ def profile_unit(
     sentences = sample_sentences(translator.tokenizer, batch)
     options = options_for(sentences, beams, is_standin(model_dir))  # stand-in: each its reference length
     ids = translator.encode([s.source for s in sentences])
-    translator.generate(ids, options)  # warm-up
+    translate_ids(translator, ids, options)  # warm-up
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
-        translator.generate(ids, options)
+        translate_ids(translator, ids, options)
     table: str = profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=top)
     return table
 

@@ -35,7 +35,7 @@ from handlers.model.standin_marker import STANDIN_NOTICE
 from handlers.model.translator import Translator
 from handlers.open_requests import OpenRequests
 from handlers.scheduling.partitions import Driver
-from handlers.scheduling.step_scheduler import StepScheduler
+from handlers.scheduling.run import load_and_warm_up, scheduler_for
 from handlers.sentence_cache import SentenceCache
 from handlers.text.glossary import NO_GLOSSARY, load_tsv
 from handlers.translation.decoding import Counts, SentenceDecoding
@@ -64,7 +64,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         yaml = context.model_yaml_config or {}
         config = HandlerConfig.from_mapping(yaml.get("handler"))
         model_dir = Path(context.system_properties["model_dir"])
-        self.translator = Translator.load(model_dir, config)
+        self.translator = load_and_warm_up(model_dir, config)
         if config.glossary_file is not None:
             self.glossary = load_tsv(model_dir / config.glossary_file, config.max_glossary_chars)
         self.identity = self._identity(context, config)
@@ -208,19 +208,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
     def _driver(self, calls: Calls) -> Driver:
         """The step scheduler(s): in this thread for static calls, in partition processes for step."""
         assert self.translator is not None
-        config, pad_id = self.translator.config, self.translator.tokenizer.pad_token_id
-        schedulers = [
-            StepScheduler(
-                self.translator.decoder,
-                pad_id,
-                config.max_batch_rows,
-                config.max_cohorts,
-                config.document_rows_beside_interactive,
-                config.interactive_window_ms / 1000,
-            )
-            for _ in range(calls.partitions())
-        ]
-        return calls.driver(schedulers)
+        return calls.driver([scheduler_for(self.translator) for _ in range(calls.partitions())])
 
     def _report(self) -> None:
         """Custom metrics (config/metrics.yaml declares them): counters, what waits and what runs,

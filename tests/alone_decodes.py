@@ -12,9 +12,9 @@ from pathlib import Path
 
 from bench.common import sample_sentences
 from handlers.handler_config import HandlerConfig, Variant
-from handlers.model.batching import pad_batch
 from handlers.model.search import RowLimits
 from handlers.model.translator import Translator
+from handlers.scheduling.run import decode_ids
 
 SENTENCES = 200
 
@@ -27,8 +27,8 @@ def row_limits(ids: list[list[int]]) -> list[RowLimits]:
 def decode(
     translator: Translator, ids: list[list[int]], limits: list[RowLimits], beams: int
 ) -> list[list[int]]:
-    input_ids, mask = pad_batch(ids, translator.tokenizer.pad_token_id)
-    return translator.decoder.decode(input_ids, mask, limits, beams)
+    """Each sentence's best hypothesis, `ids` submitted together to the served loop."""
+    return [ranked[0] for ranked in decode_ids(translator, ids, limits, beams)]
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,4 @@
-"""Cut a TorchServe batch into decode units, and fix how far each sentence is padded.
-
-A unit is one decode loop. Grouping by beam count lets beams share a loop; sorting by input
-length keeps padding small; the row budget bounds how many rows one loop carries (bench.studies.layout
-measures the best budget for a host).
+"""How far each sentence is padded.
 
 A sentence is padded to the next multiple of PAD_MULTIPLE tokens, a width that depends on its
 own length only, so it meets the same attention shapes alone or beside any other sentence
@@ -12,7 +8,6 @@ never a fixed length.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 
 import torch
@@ -23,22 +18,6 @@ PAD_MULTIPLE = 8
 def padded_width(length: int) -> int:
     """The encoder width a sentence of `length` tokens is padded to, alone or in any batch."""
     return -(-length // PAD_MULTIPLE) * PAD_MULTIPLE
-
-
-def plan_units(lengths: Sequence[int], beams: Sequence[int], max_rows: int) -> list[list[int]]:
-    """Indices of the texts in each unit: same beam count, ascending length, at most max_rows rows.
-
-    A text whose beams alone exceed the budget still gets a unit of its own.
-    """
-    by_beams: dict[int, list[int]] = defaultdict(list)
-    for index, count in enumerate(beams):
-        by_beams[count].append(index)
-    units: list[list[int]] = []
-    for count, members in sorted(by_beams.items()):
-        per_unit = max(1, max_rows // count)
-        members.sort(key=lambda index: lengths[index])
-        units += [members[start : start + per_unit] for start in range(0, len(members), per_unit)]
-    return units
 
 
 def pad_batch(ids: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

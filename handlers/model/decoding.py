@@ -56,18 +56,6 @@ __all__ = [
 class Decoder(Protocol):
     name: str
 
-    def decode(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, limits: Sequence[RowLimits], beams: int
-    ) -> list[list[int]]:
-        """Generated ids per row: decoder start left out, eos kept where one was produced."""
-        ...
-
-    def decode_ranked(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, limits: Sequence[RowLimits], beams: int
-    ) -> list[list[list[int]]]:
-        """Per row, its finished hypotheses best first (up to `beams`; the first is what decode gives)."""
-        ...
-
     def start(
         self,
         owners: Sequence[Any],
@@ -108,16 +96,6 @@ class GenerateDecoder:
         self.model = model
         self.rules = rules
 
-    def decode(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, limits: Sequence[RowLimits], beams: int
-    ) -> list[list[int]]:
-        return [ranked[0] for ranked in self._generate(input_ids, attention_mask, limits, beams, 1)]
-
-    def decode_ranked(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, limits: Sequence[RowLimits], beams: int
-    ) -> list[list[list[int]]]:
-        return self._generate(input_ids, attention_mask, limits, beams, beams)
-
     def start(
         self,
         owners: Sequence[Any],
@@ -127,13 +105,13 @@ class GenerateDecoder:
         beams: int,
     ) -> GeneratedCohort:
         """generate() runs whole at admission: the cohort it gives ends at its first step."""
-        ranked = self._generate(input_ids, attention_mask, limits, beams, beams)
+        ranked = self.generate(input_ids, attention_mask, limits, beams, beams)
         return GeneratedCohort(list(zip(owners, ranked, strict=True)))
 
     def step(self, cohorts: Sequence[GeneratedCohort]) -> Sequence[torch.Tensor]:
         return [torch.empty(0) for _ in cohorts]
 
-    def _generate(
+    def generate(
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
@@ -141,6 +119,7 @@ class GenerateDecoder:
         beams: int,
         returned: int,
     ) -> list[list[list[int]]]:
+        """Per row, generate()'s `returned` best hypotheses, best first: the reference tests compare with."""
         kwargs = {"max_new_tokens": max(limit.max_new_tokens for limit in limits), "num_beams": beams}
         if (minimum := min(limit.min_new_tokens for limit in limits)) > 0:
             kwargs["min_new_tokens"] = minimum
@@ -184,23 +163,6 @@ class FastDecoder:
         self.output = output
         self.rules = rules
         self.vocabulary = Vocabulary(output.ids, int((output.ids == rules.eos).nonzero()[0, 0]), rules)
-
-    def decode(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, limits: Sequence[RowLimits], beams: int
-    ) -> list[list[int]]:
-        return [ranked[0] for ranked in self.decode_ranked(input_ids, attention_mask, limits, beams)]
-
-    @torch.inference_mode()
-    def decode_ranked(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, limits: Sequence[RowLimits], beams: int
-    ) -> list[list[list[int]]]:
-        """A static batch: one cohort, stepped until its last sentence ends."""
-        cohort = self.start(list(range(len(limits))), input_ids, attention_mask, limits, beams)
-        results: list[list[list[int]]] = [[] for _ in limits]
-        while cohort.sentences:
-            for owner, ranked in cohort.advance(self.step([cohort])[0]):
-                results[owner] = ranked
-        return results
 
     def start(
         self,

@@ -1,7 +1,8 @@
-"""Model-side work: load, quantize, tokenize with dynamic shapes, generate, decode.
+"""Model-side work: load, quantize, tokenize with dynamic shapes, and the decode settings of a request.
 
-Used by the TorchServe handler and, unchanged, by the in-process benchmarks, so
-both measure the same code path.
+A Translator holds the model, its tokenizer and its decoder; it drives no decode loop. Everything
+decodes through the step scheduler: the server's partitions, the batch job, and, run to its end
+in the caller's thread, the warm-up, benchmarks and tests (handlers.scheduling.run).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from transformers.utils import logging as transformers_logging
 from handlers.errors import OverLimit
 from handlers.handler_config import HandlerConfig
 from handlers.model import native
-from handlers.model.batching import pad_batch, plan_units
 from handlers.model.decoding import Decoder, RowLimits, make_decoder, release_copied_layers
 from handlers.model.heap_trim import allocations_outside_the_heap
 from handlers.model.long_sentences import fit
@@ -73,7 +73,10 @@ class Translator:
 
     @classmethod
     def load(cls, model_dir: Path, config: HandlerConfig) -> Translator:
-        """Load from a local directory only (never the network), quantize if the variant says so."""
+        """Load from a local directory only (never the network), quantize if the variant says so.
+
+        No warm-up here: that decodes, and decoding is the served loop's
+        (handlers.scheduling.run.load_and_warm_up does both)."""
         started = time.perf_counter()
         transformers_logging.disable_progress_bar()  # progress bars would flood the worker log
         configure_threads(config.threads)
@@ -103,12 +106,10 @@ class Translator:
             decoder = make_decoder(config.decoder, model, tokenizer)
             release_copied_layers(model, decoder)  # a server keeps no int8 weight twice
             return_freed_heap()  # what building the decoder released (an int8 model's full output layer)
-        translator = cls(model, tokenizer, config, info, decoder)
-        if config.warmup:
-            translator.translate(["你好。"], GenerationOptions(max_new_tokens=4))
         load_seconds = round(time.perf_counter() - started, 2)
-        translator.info = ModelInfo(**{**info.__dict__, "load_seconds": load_seconds})
-        return translator
+        return cls(
+            model, tokenizer, config, ModelInfo(**{**info.__dict__, "load_seconds": load_seconds}), decoder
+        )
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids without padding; a text over the limit is refused (OverLimit), never truncated."""
@@ -135,62 +136,11 @@ class Translator:
         encoded: list[list[int]] = self.tokenizer(list(texts), padding=False, truncation=False)["input_ids"]
         return encoded
 
-    def generate(self, ids: Sequence[Sequence[int]], options: Sequence[GenerationOptions]) -> list[str]:
-        """One decode unit: texts that share a beam count, padded to the longest text.
-
-        Each row keeps its own token bounds (the fast decoder decodes it as it would alone; the
-        generate() decoder runs to the unit's largest cap and cuts each row to its own).
-        """
-        return [ranked[0] for ranked in self.generate_ranked(ids, options)]
-
-    def generate_ranked(
-        self, ids: Sequence[Sequence[int]], options: Sequence[GenerationOptions]
-    ) -> list[list[str]]:
-        """generate(), and after each text's translation up to its options.alternatives next-best
-        distinct ones, in the order the beam search ranks them."""
-        beams = {self.beams_for(option) for option in options}
-        if len(beams) != 1:
-            raise ValueError(f"one decode unit needs one beam count, got {sorted(beams)}")
-        limits = [self.row_limits(option, len(row)) for option, row in zip(options, ids, strict=True)]
-        input_ids, attention_mask = pad_batch(ids, self.tokenizer.pad_token_id)
-        if not any(option.alternatives for option in options):
-            with torch.inference_mode():
-                rows = self.decoder.decode(input_ids, attention_mask, limits, beams.pop())
-            return [[text] for text in self.tokenizer.batch_decode(rows, skip_special_tokens=True)]
-        with torch.inference_mode():
-            ranked = self.decoder.decode_ranked(input_ids, attention_mask, limits, beams.pop())
-        return [
-            self.ranked_texts(hypotheses)[: 1 + option.alternatives]
-            for hypotheses, option in zip(ranked, options, strict=True)
-        ]
-
     def ranked_texts(self, hypotheses: list[list[int]]) -> list[str]:
         """A sentence's finished hypotheses as texts, best first. Two may differ in ids yet read the
         same: an alternative must read differently."""
         texts: list[str] = self.tokenizer.batch_decode(hypotheses, skip_special_tokens=True)
         return list(dict.fromkeys(texts))
-
-    def translate_batch(
-        self, ids: Sequence[Sequence[int]], options: Sequence[GenerationOptions]
-    ) -> list[str]:
-        """Any mix of texts and options: cut into units by beam count, length and the row budget."""
-        return [ranked[0] for ranked in self.translate_ranked(ids, options)]
-
-    def translate_ranked(
-        self, ids: Sequence[Sequence[int]], options: Sequence[GenerationOptions]
-    ) -> list[list[str]]:
-        """translate_batch(), each text's translation followed by its alternatives (see generate_ranked)."""
-        beams = [self.beams_for(option) for option in options]
-        units = plan_units([len(row) for row in ids], beams, self.config.max_batch_rows)
-        outputs: list[list[str]] = [[] for _ in ids]
-        for unit in units:
-            ranked = self.generate_ranked([ids[i] for i in unit], [options[i] for i in unit])
-            for index, texts in zip(unit, ranked, strict=True):
-                outputs[index] = texts
-        return outputs
-
-    def translate(self, texts: Sequence[str], options: GenerationOptions) -> list[str]:
-        return self.translate_batch(self.encode(texts), [options] * len(texts))
 
     def beams_for(self, options: GenerationOptions) -> int:
         """Request, then model-config yaml, then the model's generation_config (beam 4 for opus-mt)."""

@@ -2,8 +2,9 @@
 
 The reference is generate() with every non-target id suppressed (its final_logits_bias set to
 -inf there), which is what restricting the output layer means. Each sentence is decoded alone
-by both: generate() pads a batch to its longest member, so only alone do the two see the same
-inputs (tests/unit/test_batch_invariance.py holds the fast decoder to batches).
+by both, the fast decoder through the served loop (handlers.scheduling.run): generate() pads a
+batch to its longest member, so only alone do the two see the same inputs
+(tests/unit/test_batch_invariance.py holds the served loop to many sentences at once).
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import torch
 
 from bench.common import sample_sentences
 from handlers.handler_config import HandlerConfig
-from handlers.model.batching import pad_batch, plan_units
+from handlers.model.batching import pad_batch
 from handlers.model.decoding import FastDecoder, GenerateDecoder, RowLimits, SearchRules, make_decoder
 from handlers.model.translator import Translator
+from handlers.scheduling.run import decode_ids
 
 SENTENCES = 300
 
@@ -42,14 +44,31 @@ class Pair:
             input_ids, mask = pad_batch([row], self.translator.tokenizer.pad_token_id)
             yield input_ids, mask, [limits_for(index, row)]
 
+    def served(self) -> Translator:
+        """The translator with the fast decoder: what the served loop decodes with."""
+        t = self.translator
+        return Translator(t.model, t.tokenizer, t.config, t.info, self.fast)
+
     def decode_alone(
         self, decoder: FastDecoder | GenerateDecoder, beams: int, count: int = SENTENCES
     ) -> list[list[int]]:
-        return [decoder.decode(*inputs, beams)[0] for inputs in self.alone(count)]
+        return [ranked[0] for ranked in self.ranked_alone(decoder, beams, 1, count)]
 
     def decode_alone_ranked(self, decoder: FastDecoder | GenerateDecoder) -> list[list[list[int]]]:
         """Beam 4, each sentence alone: its finished hypotheses, best first."""
-        return [decoder.decode_ranked(*inputs, 4)[0] for inputs in self.alone()]
+        return self.ranked_alone(decoder, 4, 4, SENTENCES)
+
+    def ranked_alone(
+        self, decoder: FastDecoder | GenerateDecoder, beams: int, keep: int, count: int
+    ) -> list[list[list[int]]]:
+        if isinstance(decoder, GenerateDecoder):
+            return [decoder.generate(*inputs, beams, keep)[0] for inputs in self.alone(count)]
+        served = self.served()
+        limits = [limits_for(index, row) for index, row in enumerate(self.ids[:count])]
+        return [
+            decode_ids(served, [row], [limit], beams, keep)[0]
+            for row, limit in zip(self.ids[:count], limits, strict=True)
+        ]
 
 
 def make_pair(model_dir: Path, variant: str) -> Pair:
@@ -81,14 +100,14 @@ def test_greedy_fast_decoder_gives_the_ids_of_generate(pair: Pair) -> None:
 
 def test_beam_search_gives_generates_hypotheses_best_first(pair: Pair) -> None:
     """Beam 4: a sentence's finished hypotheses, best first, are generate()'s num_return_sequences,
-    so the best (what decode() gives: decode_ranked()[0]) is generate()'s answer."""
+    so the best (what a request without alternatives is answered) is generate()'s answer."""
     fast = pair.decode_alone_ranked(pair.fast)
     reference = pair.decode_alone_ranked(pair.reference)
     assert_same_ids(pair, [ranked[0] for ranked in fast], [ranked[0] for ranked in reference])
     assert all(len(ranked) == 4 and len({tuple(ids) for ids in ranked}) == 4 for ranked in fast)
     differ = [i for i, (a, b) in enumerate(zip(fast, reference, strict=True)) if a != b]
     assert differ == [], f"{len(differ)} sentences rank their hypotheses differently: {differ[:5]}"
-    # generate() asked for one sequence gives the first of its ranked ones (what its decode() serves).
+    # generate() asked for one sequence gives the first of its ranked ones.
     assert pair.decode_alone(pair.reference, 4, count=20) == [ranked[0] for ranked in reference[:20]]
 
 
@@ -122,14 +141,6 @@ def test_beam_search_follows_generate_config(lively_model_dir: Path, rules: dict
         pair.translator.model, pair.fast.output, SearchRules.of(pair.translator.model.generation_config)
     )
     assert pair.decode_alone(pair.fast, 4) == pair.decode_alone(pair.reference, 4)
-
-
-def test_plan_units_groups_by_beams_and_length_within_the_row_budget() -> None:
-    lengths = [9, 3, 7, 5, 2, 8]
-    beams = [4, 4, 1, 4, 4, 4]
-    units = plan_units(lengths, beams, max_rows=8)
-    assert units == [[2], [4, 1], [3, 5], [0]]
-    assert plan_units([5], [8], max_rows=4) == [[0]]  # over budget alone: a unit of its own
 
 
 def test_generate_decoder_cuts_each_row_to_its_own_cap() -> None:

@@ -25,9 +25,9 @@ SENTENCES = 64
 def decode_with(model_dir: Path, kernels: Int8Kernels) -> dict[str, Any]:
     from bench.common import sample_sentences
     from handlers.handler_config import HandlerConfig
-    from handlers.model.batching import pad_batch
     from handlers.model.decoding import RowLimits
     from handlers.model.translator import Translator
+    from handlers.scheduling.run import decode_ids
 
     translator = Translator.load(model_dir, HandlerConfig(variant="int8", int8_kernels=kernels, warmup=False))
     sentences = sample_sentences(translator.tokenizer, SENTENCES)
@@ -35,8 +35,7 @@ def decode_with(model_dir: Path, kernels: Int8Kernels) -> dict[str, Any]:
     limits = [RowLimits(min(40, 2 * len(row) + 10)) for row in ids]
 
     def decode(rows: list[list[int]], bounds: list[RowLimits], beams: int) -> list[list[int]]:
-        input_ids, mask = pad_batch(rows, translator.tokenizer.pad_token_id)
-        return translator.decoder.decode(input_ids, mask, bounds, beams)
+        return [ranked[0] for ranked in decode_ids(translator, rows, bounds, beams)]
 
     outputs: dict[str, Any] = {"engine": torch.backends.quantized.engine}
     for beams in (1, 4):

@@ -15,10 +15,12 @@ from bench import ctranslate2_peer, ladder_targets, latency
 from bench.common import Sentence
 from handlers.model.batching import pad_batch
 from handlers.model.vocabulary import target_token_ids
+from handlers.scheduling import run
 
 
 class FakeTranslator:
-    """Records what reaches generate(): the ids of a dynamic call, the tensors of the fixed-128 call."""
+    """Records what reaches the decoders: the ids a dynamic rung hands the served loop
+    (handlers.scheduling.run.translate_ids, replaced by `record`), the tensors of the fixed-128 call."""
 
     def __init__(self) -> None:
         self.generate_ids: list[list[list[int]]] = []
@@ -30,12 +32,13 @@ class FakeTranslator:
     def encode(self, texts: list[str]) -> list[list[int]]:
         return [[5] * len(text) for text in texts]
 
-    def generate(self, ids: Any = None, options: Any = None, **kwargs: Any) -> Any:
-        if "input_ids" in kwargs:  # model.generate
-            self.model_inputs.append(kwargs["input_ids"])
-            return kwargs["input_ids"][:, :2]
+    def generate(self, **kwargs: Any) -> Any:  # model.generate
+        self.model_inputs.append(kwargs["input_ids"])
+        return kwargs["input_ids"][:, :2]
+
+    def record(self, translator: Any, ids: Any, options: Any) -> list[list[str]]:
         self.generate_ids.append(ids)
-        return ["x"] * len(ids)
+        return [["x"]] * len(ids)
 
     def new_token_cap(self, option: Any, input_tokens: int) -> int:
         return int(option.max_new_tokens or 2 * input_tokens)
@@ -56,9 +59,10 @@ def test_fixed_padding_pads_every_row_to_128_and_dynamic_pads_one_sentence_to_it
     assert single.shape == (1, 8) and int(single_mask.sum()) == 3
 
 
-def test_rungs_send_fixed_128_or_unpadded_single_sentences() -> None:
+def test_rungs_send_fixed_128_or_unpadded_single_sentences(monkeypatch: pytest.MonkeyPatch) -> None:
     sentences = [Sentence("abc", "r", 4), Sentence("abcdefg", "r", 9)]
     fake = FakeTranslator()
+    monkeypatch.setattr(run, "translate_ids", fake.record)
     for sentence in sentences:
         latency._run_group(fake, latency.LADDER[0], [sentence], beams=1, standin=True)
         latency._run_group(fake, latency.LADDER[1], [sentence], beams=1, standin=True)

@@ -141,9 +141,9 @@ def test_whole_decodes_give_the_same_ids_on_every_path(lively_model_dir: Path, n
 
 def _decode(model_dir: Path, kernels: CpuKernels) -> dict[int, list[list[int]]]:
     from bench.common import sample_sentences
-    from handlers.model.batching import pad_batch
     from handlers.model.decoding import RowLimits
     from handlers.model.translator import Translator
+    from handlers.scheduling.run import decode_ids
 
     translator = Translator.load(model_dir, HandlerConfig(variant="int8", cpu_kernels=kernels, warmup=False))
     assert translator.info.kernels == kernels
@@ -153,6 +153,6 @@ def _decode(model_dir: Path, kernels: CpuKernels) -> dict[int, list[list[int]]]:
     for beams in (1, 4):
         out[beams] = []
         for start in range(0, len(ids), 8):
-            input_ids, mask = pad_batch(ids[start : start + 8], translator.tokenizer.pad_token_id)
-            out[beams] += translator.decoder.decode(input_ids, mask, limits[start : start + 8], beams)
+            ranked = decode_ids(translator, ids[start : start + 8], limits[start : start + 8], beams)
+            out[beams] += [hypotheses[0] for hypotheses in ranked]
     return out

@@ -21,11 +21,11 @@ import pytest
 
 from bench.common import sample_sentences
 from handlers.handler_config import HandlerConfig
-from handlers.model.batching import pad_batch
 from handlers.model.search import RowLimits
 from handlers.model.translator import Translator
 from handlers.scheduling.partition_processes import ProcessPartitions
 from handlers.scheduling.partitions import Message, Partitions, RestartBudget, StepReport
+from handlers.scheduling.run import decode_ids
 from handlers.scheduling.step_scheduler import SchedulerState, SentenceKey, StepScheduler
 from tests.partitions import kill_partition, wait_replaced
 from tests.unit.test_step_scheduler import requests_of, scheduler
@@ -42,11 +42,9 @@ def translator(lively_model_dir: Path) -> Translator:
 def decoded_alone(
     translator: Translator, ids: Sequence[list[int]], limits: Sequence[RowLimits]
 ) -> list[list[int]]:
-    alone = []
-    for row, limit in zip(ids, limits, strict=True):
-        input_ids, mask = pad_batch([row], translator.tokenizer.pad_token_id)
-        alone.append(translator.decoder.decode(input_ids, mask, [limit], BEAMS)[0])
-    return alone
+    return [
+        decode_ids(translator, [row], [limit], BEAMS)[0][0] for row, limit in zip(ids, limits, strict=True)
+    ]
 
 
 def gated(partition: StepScheduler, gate: Path) -> StepScheduler:

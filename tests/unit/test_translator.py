@@ -18,6 +18,7 @@ from handlers.model.decoding import FastDecoder, Released
 from handlers.model.options import GenerationOptions
 from handlers.model.quantization import count_quantized_linear, drop_weight_file_pages
 from handlers.model.translator import Translator
+from handlers.scheduling.run import translate, translate_ids
 from handlers.wire.errors import client_error
 
 SENTENCES = ["汤姆不会同意的", "汤姆和他的朋友们在公园喝醉了", "是那家。"]
@@ -42,20 +43,21 @@ def test_pad_batch_pads_to_the_longest_members_multiple_of_8() -> None:
 
 
 def record_encoder_inputs(translator: Translator, monkeypatch: pytest.MonkeyPatch) -> list[torch.Tensor]:
+    """The input ids of each cohort the served loop starts."""
     seen: list[torch.Tensor] = []
-    original = translator.decoder.decode
+    original = translator.decoder.start
 
-    def spy(input_ids: torch.Tensor, *args: Any) -> Any:
+    def spy(owners: Any, input_ids: torch.Tensor, *args: Any) -> Any:
         seen.append(input_ids)
-        return original(input_ids, *args)
+        return original(owners, input_ids, *args)
 
-    monkeypatch.setattr(translator.decoder, "decode", spy)
+    monkeypatch.setattr(translator.decoder, "start", spy)
     return seen
 
 
 def test_single_text_is_padded_by_at_most_7_tokens(fp32: Translator, monkeypatch: pytest.MonkeyPatch) -> None:
     seen = record_encoder_inputs(fp32, monkeypatch)
-    fp32.translate([SENTENCES[0]], GenerationOptions(max_new_tokens=3))
+    translate(fp32, [SENTENCES[0]], GenerationOptions(max_new_tokens=3))
     length = len(fp32.encode([SENTENCES[0]])[0])
     assert seen[0].shape == (1, padded_width(length)) and padded_width(length) - length < 8
     assert int((seen[0] != fp32.tokenizer.pad_token_id).sum()) == length
@@ -63,7 +65,7 @@ def test_single_text_is_padded_by_at_most_7_tokens(fp32: Translator, monkeypatch
 
 def test_batch_is_padded_to_its_longest_member(fp32: Translator, monkeypatch: pytest.MonkeyPatch) -> None:
     seen = record_encoder_inputs(fp32, monkeypatch)
-    fp32.translate(SENTENCES, GenerationOptions(max_new_tokens=3))
+    translate(fp32, SENTENCES, GenerationOptions(max_new_tokens=3))
     lengths = [len(ids) for ids in fp32.encode(SENTENCES)]
     assert seen[0].shape == (3, padded_width(max(lengths)))
     assert padded_width(max(lengths)) < 128  # not a fixed length
@@ -94,17 +96,23 @@ def test_each_row_is_cut_to_its_own_cap(int8: Translator) -> None:
         GenerationOptions(num_beams=1, max_new_tokens=2, min_new_tokens=2),
         GenerationOptions(num_beams=1, max_new_tokens=9, min_new_tokens=9),
     ]
-    short, long = int8.generate(ids, options)
+    (short, *_), (long, *_) = translate_ids(int8, ids, options)
     # The stand-in never emits eos before min_new_tokens, so lengths follow the caps.
     assert len(int8.tokenizer(text_target=short)["input_ids"]) < len(
         int8.tokenizer(text_target=long)["input_ids"]
     )
 
 
-def test_one_generate_call_needs_one_beam_count(int8: Translator) -> None:
+def test_texts_of_several_beam_counts_decode_together_each_as_alone(int8: Translator) -> None:
+    """One call may mix beam counts: each runs in its own lane of the served loop."""
     ids = int8.encode(SENTENCES[:2])
-    with pytest.raises(ValueError, match="beam"):
-        int8.generate(ids, [GenerationOptions(num_beams=1), GenerationOptions(num_beams=2)])
+    options = [
+        GenerationOptions(num_beams=1, max_new_tokens=6),
+        GenerationOptions(num_beams=2, max_new_tokens=6),
+    ]
+    together = translate_ids(int8, ids, options)
+    alone = [translate_ids(int8, [row], [option])[0] for row, option in zip(ids, options, strict=True)]
+    assert together == alone
 
 
 def test_runaway_guard_bounds_new_tokens(int8: Translator) -> None:
