@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 from handlers.scheduling.partition_processes import ProcessPartitions
+from tests.waiting import wait_until
 
 
 def kill_partition(partitions: ProcessPartitions, index: int) -> int:
@@ -18,9 +18,7 @@ def kill_partition(partitions: ProcessPartitions, index: int) -> int:
 
 def wait_replaced(partitions: ProcessPartitions, index: int, dead: int, timeout: float = 30.0) -> int:
     """The pid of the partition that replaced `dead` at `index`, once its reader has forked it."""
-    deadline = time.monotonic() + timeout
-    while partitions.pids[index] == dead:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"partition {index} (pid {dead}) not replaced after {timeout:.0f}s")
-        time.sleep(0.01)
+    wait_until(
+        lambda: partitions.pids[index] != dead, timeout, f"partition {index} (pid {dead}) replaced", 0.01
+    )
     return partitions.pids[index]

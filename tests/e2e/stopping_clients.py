@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import requests
 
 from archive.tatoeba import read_blocks
+from tests.waiting import wait_until
 
 SOURCES = [block.source for block in read_blocks()]
 
@@ -47,11 +48,9 @@ class Clients:
     def wait_answered(self, count: int, timeout: float = 120.0) -> None:
         """Until `count` requests have ended (so every client is past its first, slow, request and
         sending the next), at most `timeout` seconds."""
-        deadline = time.monotonic() + timeout
-        while len(self.outcomes) < count:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{len(self.outcomes)} of {count} requests answered in {timeout:g} s")
-            time.sleep(0.05)
+        wait_until(
+            lambda: len(self.outcomes) >= count, timeout, lambda: f"{len(self.outcomes)} of {count} answered"
+        )
 
     def in_flight_at(self, moment: float) -> list[Outcome]:
         return [outcome for outcome in self.outcomes if outcome.started < moment < outcome.ended]

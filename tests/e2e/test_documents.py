@@ -7,13 +7,13 @@ counts, protected spans, tags, the response's bookkeeping and the metrics port.
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 import requests
 
 from serving.torchserve import TorchServe
 from tests.e2e.article_text import URLS, article
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -89,7 +89,7 @@ def test_a_repeated_request_raises_the_cache_hit_metric(server: TorchServe) -> N
         assert response.status_code == 200, response.text
         cached += response.json()["stats"]["cached"]
     assert cached >= 2
-    deadline = time.monotonic() + 30  # the frontend reads worker metrics from their log stream
-    while hits() < before + cached and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert hits() >= before + cached
+    # The frontend reads worker metrics from their log stream.
+    wait_until(
+        lambda: hits() >= before + cached, 30, lambda: f"cache hits {hits()} < {before} + {cached}", 0.5
+    )

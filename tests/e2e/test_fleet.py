@@ -8,6 +8,7 @@ clients in test_front_door_abuse.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -28,6 +29,7 @@ from serving.fleet_keys import KeyStore
 from serving.ports import free_port
 from serving.replica_set import Fleet
 from tests.e2e.conftest_fleet import FLEET_BURST, FLEET_RATE, Stub, front_door
+from tests.waiting import WaitTimeout, wait_until
 
 pytestmark = pytest.mark.e2e
 pytest_plugins = ["tests.e2e.shared_fleet"]  # shared_fleet: one replica for the session
@@ -135,11 +137,15 @@ def test_nothing_else_is_routed(fleet: Fleet, key: str, method: str, path: str) 
 
 def healthz_until(fleet: Fleet, status: int, within: float) -> requests.Response:
     """/healthz until it answers `status`: a probe's good result is reused for health_cache_s."""
-    deadline = time.monotonic() + within
-    while (response := requests.get(f"{fleet.door.url}/healthz", timeout=30)).status_code != status:
-        assert time.monotonic() < deadline, (response.status_code, response.text)
-        time.sleep(0.1)
-    return response
+
+    seen: list[requests.Response] = []
+
+    def answered() -> bool:
+        seen.append(requests.get(f"{fleet.door.url}/healthz", timeout=30))
+        return seen[-1].status_code == status
+
+    wait_until(answered, within, lambda: (seen[-1].status_code, seen[-1].text), 0.1)
+    return seen[-1]
 
 
 def test_healthz_needs_no_key_and_reflects_whether_a_replica_translates(fleet: Fleet) -> None:
@@ -176,9 +182,10 @@ def test_a_flood_of_health_checks_runs_one_probe_per_interval(fleet: Fleet) -> N
         statuses = list(pool.map(check, range(240)))
     seconds = time.monotonic() - began
     assert statuses == [200] * 240
-    deadline = time.monotonic() + 5  # TorchServe writes its access log line after the answer
-    while (ran := probes() - before) < seconds / 2 - 1 and time.monotonic() < deadline:
-        time.sleep(0.2)
+    # TorchServe writes its access log line after the answer.
+    with contextlib.suppress(WaitTimeout):  # too few is the assertion's to report
+        wait_until(lambda: probes() - before >= seconds / 2 - 1, 5, "probes logged", 0.2)
+    ran = probes() - before
     assert seconds / 2 - 1 <= ran <= seconds / fleet.state.front_door.health_cache_s + 2, (ran, seconds)
 
 

@@ -22,6 +22,7 @@ from serving.ports import free_port
 from serving.processes import process_alive
 from serving.replica_set import Fleet
 from tests.e2e.stopping_clients import Clients
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -51,22 +52,17 @@ class Service:
         self.wait_healthy(300)
 
     def wait_healthy(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def healthy() -> bool:
             assert self.process is not None and self.process.poll() is None, self.log()
             try:
-                if requests.get(f"{self.url}/healthz", timeout=5).status_code == 200:
-                    return
+                return requests.get(f"{self.url}/healthz", timeout=5).status_code == 200
             except requests.RequestException:
-                pass
-            time.sleep(0.5)
-        raise TimeoutError(self.log())
+                return False
+
+        wait_until(healthy, timeout, self.log, 0.5)
 
     def wait_logged(self, line: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while line not in self.log():
-            assert time.monotonic() < deadline, f"no {line!r} in {timeout:g} s:\n{self.log()}"
-            time.sleep(0.1)
+        wait_until(lambda: line in self.log(), timeout, lambda: f"no {line!r}:\n{self.log()}", 0.1)
 
     def terminate(self, timeout: float = 90) -> int:
         assert self.process is not None

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import yaml
 
 from archive.build import CONFIG_DIR, ArchiveSpec, build_archive, model_digest
 from serving.torchserve import TorchServe
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -52,10 +52,8 @@ def test_glossary_hits_reach_the_metrics_port(glossary_server: TorchServe) -> No
 
     before = hits()
     assert glossary_server.client.translate("汤姆和汤姆。").status_code == 200
-    deadline = time.monotonic() + 30  # the frontend reads worker metrics from their log stream
-    while hits() < before + 2 and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert hits() >= before + 2
+    # The frontend reads worker metrics from their log stream.
+    wait_until(lambda: hits() >= before + 2, 30, lambda: f"glossary hits {hits()} < {before} + 2", 0.5)
 
 
 def test_alternatives_in_the_native_shape(glossary_server: TorchServe) -> None:

@@ -7,7 +7,6 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,15 +17,9 @@ from serving.processes import live_children, process_alive
 from serving.swap import archive_workers
 from serving.torchserve import TorchServe
 from tests.e2e.stopping_clients import Clients
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timed]  # wall-clock bounds: run alone
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
-        time.sleep(0.02)
 
 
 def start_supervised(

@@ -9,7 +9,6 @@ import re
 import shutil
 import signal
 import stat
-import time
 from pathlib import Path
 
 import psutil
@@ -20,6 +19,7 @@ from serving.client import ServerError
 from serving.processes import wait_gone
 from serving.replica_set import REPLICA_CONFIG
 from serving.torchserve import MANAGEMENT_SOCKET, PRODUCTION_CONFIG, REPO_ROOT, TorchServe
+from tests.waiting import wait_until
 
 KUBERNETES_CONFIG = REPO_ROOT / "config" / "config.kubernetes.properties"
 
@@ -131,9 +131,9 @@ def test_only_the_inference_port_may_leave_loopback(server: TorchServe) -> None:
         ports.inference,
     }
     # The gRPC listeners bind after the HTTP ones that readiness waits for: give them 30 s to appear.
-    deadline = time.monotonic() + 30
-    while not expected <= set(listening := listening_ports(java)) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    listening = wait_until(
+        lambda: _all_of(expected, listening_ports(java)), 30, lambda: listening_ports(java), 0.2
+    )
     assert set(listening) == expected
     for port, ip in listening.items():
         address = ipaddress.ip_address(ip)
@@ -163,9 +163,9 @@ def test_a_replica_management_api_is_a_private_unix_socket(tiny_store: Path, tmp
         assert java is not None
         ports = replica.ports
         expected = {ports.inference, ports.metrics, ports.grpc_inference, ports.grpc_management}
-        deadline = time.monotonic() + 30
-        while not expected <= set(listening := listening_ports(java)) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        listening = wait_until(
+            lambda: _all_of(expected, listening_ports(java)), 30, lambda: listening_ports(java), 0.2
+        )
         assert set(listening) == expected  # the management port is not among them
         # A killed replica leaves its socket file behind; starting again must not trip over it.
         os.kill(java, signal.SIGKILL)
@@ -176,3 +176,8 @@ def test_a_replica_management_api_is_a_private_unix_socket(tiny_store: Path, tmp
     finally:
         replica.stop()
     assert not replica.socket_dir.exists()
+
+
+def _all_of(expected: set[int], listening: dict[int, str]) -> dict[int, str]:
+    """`listening` once every expected port is in it, else nothing (wait_until asks again)."""
+    return listening if expected <= set(listening) else {}

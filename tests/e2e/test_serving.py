@@ -6,7 +6,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from serving.client import ServerError
 from serving.processes import live_children, process_alive
 from serving.swap import archive_model_config
 from serving.torchserve import TorchServe
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -83,17 +83,20 @@ def test_the_worker_log_and_metrics_name_the_c_kernel_path(server: TorchServe) -
     assert server.client.translate("内核路径的测试句子。").status_code == 200
     log = (server.workdir / "logs" / "model_log.log").read_text()
     assert re.findall(r"cpu_kernels=(\w+)", log)[-1] == expected
-    deadline = time.monotonic() + 30  # the handler reports at most once a second under step scheduling
     pattern = (
         rf'^SentencesTranslated\{{Variant="int8",CpuKernels="{expected}",ModelName="zh_en".*\}} [0-9.]+$'
     )
-    while not re.search(
-        pattern, metrics := requests.get(f"{server.client.endpoints.metrics}/metrics", timeout=30).text, re.M
-    ):
-        assert time.monotonic() < deadline, [
-            line for line in metrics.splitlines() if "SentencesTranslated" in line
-        ]
-        time.sleep(0.5)
+
+    def metrics() -> str:
+        return requests.get(f"{server.client.endpoints.metrics}/metrics", timeout=30).text
+
+    # The handler reports at most once a second under continuous batching.
+    wait_until(
+        lambda: re.search(pattern, metrics(), re.M),
+        30,
+        lambda: [line for line in metrics().splitlines() if "SentencesTranslated" in line],
+        interval=0.5,
+    )
 
 
 def test_translate_json_text_and_list(server: TorchServe) -> None:

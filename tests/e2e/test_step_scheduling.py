@@ -27,6 +27,7 @@ from bench.common import archive_with
 from serving.processes import process_alive, wait_gone
 from serving.torchserve import TorchServe
 from tests.e2e.conftest_fleet import Loopback, QuietHandler, front_door
+from tests.waiting import wait_until
 
 STEP = {"torchserve_batching": "continuous", "sentence_cache_entries": 0, "threads": 1, "step_partitions": 2}
 DOCUMENT = "。".join(f"第{n}个句子说明了一件事情" for n in range(1, 13)) + "。"
@@ -220,10 +221,9 @@ def test_the_scheduler_reports_queue_rows_and_time_to_first_sentence(step_server
         }
 
     assert step_server.client.translate(DOCUMENT).status_code == 200
-    deadline = time.monotonic() + 30  # the frontend reads worker metrics from their log stream
-    while len(reported()) < 3 and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert reported() == {"QueuedSentences", "RunningRows", "TimeToFirstSentence"}
+    expected = {"QueuedSentences", "RunningRows", "TimeToFirstSentence"}
+    # The frontend reads worker metrics from their log stream.
+    wait_until(lambda: reported() == expected, 30, lambda: f"reported {reported()}", 0.5)
 
 
 def children(pid: int) -> list[int]:
@@ -239,23 +239,28 @@ def test_a_killed_partition_is_replaced_and_partitions_die_with_their_worker(ste
     partitions = children(worker)
     assert len(partitions) == STEP["step_partitions"], f"worker {worker} has children {partitions}"
     os.kill(partitions[0], signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while partitions[0] in children(worker) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    while len(children(worker)) < len(partitions) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    replaced = children(worker)
-    assert len(replaced) == len(partitions) and partitions[0] not in replaced, replaced
+
+    def replacements() -> list[int]:
+        now = children(worker)
+        return now if len(now) == len(partitions) and partitions[0] not in now else []
+
+    replaced = wait_until(
+        replacements,
+        30,
+        lambda: f"worker {worker}'s partitions {children(worker)}, {partitions[0]} killed",
+        0.1,
+    )
     assert step_server.worker_pids() == [worker], "the worker outlives its partition"
     assert step_server.client.translate(DOCUMENT, sentences=True).status_code == 200
 
     os.kill(worker, signal.SIGKILL)
     assert wait_gone([worker, *replaced], timeout=30) == [], "a partition outlived its worker"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if step_server.worker_pids() and step_server.client.translate("你好，世界。").status_code == 200:
-            break
-        time.sleep(1)
+    wait_until(
+        lambda: step_server.worker_pids() and step_server.client.translate("你好，世界。").status_code == 200,
+        120,
+        "a new worker answering",
+        1.0,
+    )
     (new_worker,) = step_server.worker_pids()
     assert new_worker != worker and len(children(new_worker)) == STEP["step_partitions"]
     assert step_server.client.translate(DOCUMENT, sentences=True).status_code == 200

@@ -21,6 +21,7 @@ import requests
 
 from archive.tatoeba import REPO_ROOT
 from serving.ports import free_port
+from tests.waiting import wait_until
 
 pytestmark = [
     pytest.mark.image,
@@ -71,20 +72,21 @@ def container(built: float) -> Iterator[Running]:
     podman("run", "--detach", "--name", NAME, "--publish", f"127.0.0.1:{port}:8080", IMAGE)
     url, figures = f"http://127.0.0.1:{port}", {"build_s": built}
     try:
-        deadline = time.monotonic() + 300
-        while "inference" not in podman("exec", NAME, "cat", "key_file.json", check=False):
-            assert time.monotonic() < deadline, container_log()
-            time.sleep(0.5)
-        key = json.loads(podman("exec", NAME, "cat", "key_file.json"))["inference"]["key"]
+
+        def key_file() -> str:
+            text = podman("exec", NAME, "cat", "key_file.json", check=False)
+            return text if "inference" in text else ""
+
+        key = json.loads(wait_until(key_file, 300, container_log, 0.5))["inference"]["key"]
         headers = {"Authorization": f"Bearer {key}"}
-        while True:
-            assert time.monotonic() < deadline, container_log()
+
+        def pinged() -> bool:
             try:
-                if requests.get(f"{url}/ping", headers=headers, timeout=5).status_code == 200:
-                    break
+                return requests.get(f"{url}/ping", headers=headers, timeout=5).status_code == 200
             except requests.RequestException:
-                pass
-            time.sleep(0.5)
+                return False
+
+        wait_until(pinged, 300 - (time.monotonic() - began), container_log, 0.5)
         figures["ping_s"] = time.monotonic() - began
         response = requests.post(
             f"{url}/predictions/zh_en", json={"text": "汤姆不会同意的"}, headers=headers, timeout=120

@@ -29,6 +29,7 @@ from bench.steady_load import SteadyLoad
 from serving.processes import process_alive
 from serving.swap import archive_workers
 from serving.torchserve import TorchServe
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.soak
 
@@ -144,9 +145,7 @@ def test_a_request_over_the_response_timeout_does_not_wedge_the_worker(
             assert slow.status_code >= 500 and took < 30, slow.text
         else:
             assert slow.status_code == 200 and took > 2, (took, slow.text[:300])
-        deadline = time.monotonic() + 120
-        while server.client.ready_workers("1.0-int8") < workers and time.monotonic() < deadline:
-            time.sleep(0.5)
+        wait_until(lambda: server.client.ready_workers("1.0-int8") >= workers, 120, "the workers back", 0.5)
         answers = [server.client.translate("你好", **QUICK).status_code for _ in range(6)]
         assert answers == [200] * 6
     shutil.rmtree(store)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from handlers.translation.answers import TextAnswer
 from handlers.translation.plan import PlannedRequest, render
 from handlers.zh_en_handler import TranslationHandler
 from tests.handler_context import initialized_handler, make_context
+from tests.waiting import wait_until
 
 
 def run(
@@ -119,7 +119,7 @@ def test_an_idle_worker_trims_its_heap_once_and_not_between_calls(
         responses, _ = run(handler, tiny_model_dir, [{"body": {"text": "你好", "max_new_tokens": 3}}])
         assert "translation" in responses[0]
     assert trims == []
-    time.sleep(2.5)
+    wait_until(lambda: trims, 10, "a trim once the worker idles")
     assert trims == [1]
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from serving.processes import (
     stat_parent,
     stat_state,
 )
+from tests.waiting import wait_until
 
 linux_proc = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="Linux /proc only")
 
@@ -52,10 +52,7 @@ def test_a_plain_command_name() -> None:
 @linux_proc
 def test_a_zombie_is_not_alive_and_a_reaped_process_has_no_state() -> None:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
-    deadline = time.monotonic() + 30
-    while process_state(child.pid) != "Z" and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert process_state(child.pid) == "Z"
+    wait_until(lambda: process_state(child.pid) == "Z", 30, lambda: process_state(child.pid), 0.01)
     assert not process_alive(child.pid)  # it still answers kill(0)
     child.wait()
     assert process_state(child.pid) is None and command_line(child.pid) is None
@@ -69,9 +66,7 @@ def test_live_children_are_this_processs_children_until_they_are_zombies() -> No
         assert child.pid in live_children(os.getpid())
         assert child.pid not in live_children(1)
         child.kill()
-        deadline = time.monotonic() + 30
-        while process_state(child.pid) != "Z" and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: process_state(child.pid) == "Z", 30, lambda: process_state(child.pid), 0.01)
         assert child.pid not in live_children(os.getpid()), "a zombie is no live child"
     finally:
         child.kill()
