@@ -18,7 +18,7 @@ help:
 	@echo "make test    lint, type-check, unit and end-to-end tests: the quick loop (make lint: only the first two)"
 	@echo "make soak    minutes of load, swaps and faults on real servers; make bench-check: the bench harness's smoke runs"
 	@echo "make fuzz    the text stages' worst inputs (adversarial + Hypothesis): bench/results/fuzz.json, fails over budget"
-	@echo "make bench   quality, latency ladder, load and scheduler benchmarks, report with plots"
+	@echo "make bench   quality, latency ladder, load and scheduler benchmarks, report with plots, in bench/results/runs/<date>-<commit>/"
 	@echo "make libretranslate-peer   LibreTranslate 1.9.6 in its own venv under build/ with the stand-in as an Argos package: make bench's served peer"
 	@echo "make config-doc   write docs/CONFIGURATION.md from handlers/handler_config.py (a test fails when they differ)"
 	@echo "make layout  measure workers x threads x batch x row budget, print the winning model config"

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS_DIR, load_model_dir, write_result
+from bench.common import load_model_dir, run_folder, write_result
 from bench.signature import Signature, command_line, signature
 
 MODEL_HELP = "hub id, directory or synthetic (the full-size stand-in), as for archive.build (%(default)s)"
@@ -60,7 +60,12 @@ class BenchCli:
                 "--strict", action="store_true", help="fail instead of falling back to the stand-in"
             )
         if results_dir:
-            self.parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+            self.parser.add_argument(
+                "--results-dir",
+                type=Path,
+                default=run_folder(),
+                help="where results go (default: this run's own folder, bench/results/runs/<date>-<commit>)",
+            )
         self.argv: list[str] = []
         self._args: argparse.Namespace | None = None
         self._model_dir: Path | None = None
@@ -100,7 +105,7 @@ class BenchCli:
 
     def write(self, name: str, payload: dict[str, Any], results_dir: Path | None = None) -> Path:
         """<results dir>/<name>.json signed with this command line; the directory defaults to
-        --results-dir, or bench/results for a command without that flag."""
+        --results-dir, or a new run folder for a command without that flag."""
         if results_dir is None:
-            results_dir = Path(getattr(self.args, "results_dir", RESULTS_DIR))
+            results_dir = getattr(self.args, "results_dir", None)
         return write_result(name, payload, results_dir, self.command)

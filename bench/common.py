@@ -10,6 +10,7 @@ import datetime as dt
 import json
 import random
 import statistics
+import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,11 +22,14 @@ import yaml
 from archive.build import CONFIG_DIR, MODEL_NAME, ArchiveSpec, build_archive, model_digest
 from archive.model_source import resolve_model_dir
 from archive.tatoeba import REPO_ROOT, read_blocks
-from bench.signature import invoked_command, signature
+from bench.signature import git_commit, invoked_command, signature
 from handlers.handler_config import HandlerConfig
 from handlers.model.standin_marker import STANDIN_MARKER
 
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
+# Where a run writes unless told otherwise: a folder of its own, named by its start and commit, so
+# that no run writes over a result a doc cites (writable() refuses committed files anyway).
+RUNS_DIR = RESULTS_DIR / "runs"
 # Finished studies' frozen results, and where `make layout` (bench.studies.layout) writes its own.
 STUDIES_RESULTS_DIR = REPO_ROOT / "bench" / "studies" / "results"
 MODELS_DIR = REPO_ROOT / "build" / "models"
@@ -136,15 +140,52 @@ def now(at: dt.datetime | None = None) -> str:
     return (at or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%d %H:%M UTC")
 
 
+def run_folder(at: dt.datetime | None = None) -> Path:
+    """bench/results/runs/<UTC date and minute>-<commit>/: this run's own folder (not created here)."""
+    moment = (at or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%d-%H%M")
+    return RUNS_DIR / f"{moment}-{git_commit()}"
+
+
+def newest_run() -> Path:
+    """The latest run folder (by name: date, then commit); bench/results itself when none exists."""
+    runs = sorted(RUNS_DIR.glob("*/")) if RUNS_DIR.exists() else []
+    return runs[-1] if runs else RESULTS_DIR
+
+
+def writable(path: Path) -> Path:
+    """`path`, unless writing it would replace a result committed to git (which a doc may cite)."""
+    if path.exists() and _committed(path):
+        raise FileExistsError(
+            f"{path} is a committed result and stays as it is: write this run to its own folder "
+            "(the default, bench/results/runs/<date>-<commit>/) or name another --results-dir"
+        )
+    return path
+
+
+def _committed(path: Path) -> bool:
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "ls-files", "--error-unmatch", str(path.resolve())],
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False  # no git: nothing is committed here
+    return done.returncode == 0
+
+
 def write_result(
-    name: str, payload: dict[str, Any], results_dir: Path = RESULTS_DIR, command: str | None = None
+    name: str, payload: dict[str, Any], results_dir: Path | None = None, command: str | None = None
 ) -> Path:
-    """<results_dir>/<name>.json, signed with `command` (default: this process's command line); a rerun
-    replaces it. The top-level date and machine predate the signature and stay: reports read them."""
+    """<results_dir>/<name>.json (default: a new run folder), signed with `command` (default: this
+    process's command line); a rerun into the same folder replaces it, a committed file never is.
+    The top-level date and machine predate the signature and stay: reports read them."""
     at = dt.datetime.now(dt.UTC)
     stamp = signature(command or invoked_command(), at)
+    results_dir = run_folder(at) if results_dir is None else results_dir
     results_dir.mkdir(parents=True, exist_ok=True)
-    path = results_dir / f"{name}.json"
+    path = writable(results_dir / f"{name}.json")
     result = {"date": now(at), "machine": stamp["machine"], "signature": stamp, **payload}
     path.write_text(json.dumps(result, indent=2) + "\n")
     return path

@@ -10,8 +10,9 @@ times after a warm-up by each engine, each in a process of its own:
   kernels where they are built (handlers.model.native_rows: no torch operators, so not profiled);
 - CTranslate2 int8 with its vocabulary map (the latency ladder's rung 12): Linux `perf` sampling
   the running process (perf record -p, after its warm-up), self samples per symbol, summed by class.
-Writes bench/results/profile-engine.txt: its signature, the class tables side by side, then each
-engine's top lines. Without `perf` the CTranslate2 column is left out, and the file says so.
+Writes profile-engine.txt into the run's folder (bench.common.run_folder, or --results-dir): its
+signature, the class tables side by side, then each engine's top lines. Without `perf` the
+CTranslate2 column is left out, and the file says so.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.cli import BenchCli
-from bench.common import is_standin, now
+from bench.common import is_standin, now, writable
 
 INT8_LINEAR = "zh_en::int8_linear (mapping, GEMM and epilogue in C)"
 
@@ -304,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for name, column in columns.items():
         text += ["", f"## {name}: top lines", "", column["top"]]
-    path = args.results_dir / "profile-engine.txt"
+    path = writable(args.results_dir / "profile-engine.txt")
     args.results_dir.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(text) + "\n")
     print("\n".join(text[: len(columns) + 20]))

@@ -17,7 +17,7 @@ stand-in's random weights this measures how often int8 rounding flips a near-tie
 Peer invariance: CTranslate2 int8 with its target-side vocabulary map, as its users run it
 (bench.ctranslate2_peer), and our int8, each sentence alone against batches of 16, every row
 decoding exactly --peer-length tokens (CTranslate2 takes one length per batch, so per-row reference
-lengths cannot be forced on it). Writes bench/results/exactness.json.
+lengths cannot be forced on it). Writes exactness.json into the run's folder.
 """
 
 from __future__ import annotations

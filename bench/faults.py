@@ -15,7 +15,7 @@ steady stream of requests going, and
 --scheduler step (the default, as shipped) serves both versions with one continuous-batching
 worker each (bench.common SCHEDULERS): a killed worker then takes every open request with it, and
 nothing answers until its replacement is up; --scheduler static serves two workers per version.
-Writes bench/results/faults-step.json (faults.json under static). The soak tests run the same
+Writes faults-step.json (faults.json under static) into the run's folder. The soak tests run the same
 functions on the tiny stand-in, with either scheduler, and assert on them.
 """
 

@@ -18,7 +18,7 @@ the stand-in) decoded in batches of 16 and one at a time, greedy and beam 4, thr
   2026-11-28 (int8_linear.MAX_COLUMNS 8,192);
 and CTranslate2 int8 with its vocabulary map after them as the yardstick. All run interleaved
 `repeats` times, the fastest round of each kept (CPU time). Every way must translate every sentence
-the same, or the command fails. Writes bench/results/hot-path.json, prints its table.
+the same, or the command fails. Writes hot-path.json into the run's folder, prints its table.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from urllib.parse import urlparse
 import requests
 
 from bench.cli import BenchCli, Progress
-from bench.common import RESULTS_DIR, load_model_dir, sample_sentences, write_result
+from bench.common import load_model_dir, run_folder, sample_sentences, writable, write_result
 from bench.process_memory import host_memory_mb
 from handlers.model.heap_trim import IDLE_TRIM_SECONDS
 from serving.client import read_key
@@ -72,7 +72,7 @@ class LoadSpec:
 
 def run_load(
     spec: LoadSpec,
-    results_dir: Path = RESULTS_DIR,
+    results_dir: Path | None = None,
     model_dir: Path | None = None,
     command: str | None = None,
     serving_pids: Callable[[], Sequence[int]] | None = None,
@@ -86,8 +86,10 @@ def run_load(
     if urlparse(spec.host).hostname not in LOOPBACK:
         raise SystemExit(f"bench.load only targets this machine (127.0.0.1/localhost), not {spec.host}")
     identity = _probe(spec)
+    results_dir = run_folder() if results_dir is None else results_dir
     results_dir.mkdir(parents=True, exist_ok=True)
     prefix = results_dir / spec.label
+    writable(Path(f"{prefix}_stats.csv"))  # Locust would write over a committed run's files
     with tempfile.TemporaryDirectory(prefix="zh_en_load_") as tmp:
         sentences_file = Path(tmp) / "sentences.json"
         _write_sentences(sentences_file, spec.sentences, model_dir)

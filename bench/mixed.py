@@ -24,7 +24,7 @@ Serving overhead: the idle one-sentence latency minus the same 5 sentences trans
 process (Translator.translate, int8, 1 thread, median of 3 passes), measured once in the run.
 
 On the stand-in every output is forced to its reference length (bench.load). Progress goes to
-stderr. Writes bench/results/mixed.json, mixed.md and mixed.png; the targets are issue 26's.
+stderr. Writes mixed.json, mixed.md and mixed.png into the run's folder; the targets are issue 26's.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from typing import Any
 import requests
 
 from bench.cli import BenchCli, Progress
-from bench.common import SCHEDULERS, archive_with, is_standin, sample_sentences
+from bench.common import SCHEDULERS, archive_with, is_standin, sample_sentences, writable
 from bench.load import LoadSpec, run_load
 from handlers.handler_config import HandlerConfig
 from handlers.model.options import GenerationOptions
@@ -329,8 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     path = cli.write("mixed", result)
     saved = json.loads(path.read_text())
     if "targets" in saved:
-        report(saved, args.results_dir / "mixed.md")
-        plot(saved, args.results_dir / "mixed.png")
+        report(saved, writable(args.results_dir / "mixed.md"))
+        plot(saved, writable(args.results_dir / "mixed.png"))
     print(json.dumps(saved.get("targets", saved["schedulers"]), indent=2))
     return 0
 

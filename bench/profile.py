@@ -3,7 +3,7 @@
     python -m bench.profile [--model synthetic] [--variant int8] [--decoder fast|generate]
                             [--beams 4] [--batch 16] [--top 25]
 
-Writes bench/results/profile-<decoder>-<variant>-beam<B>-batch<N>.txt (its signature, then the table).
+Writes profile-<decoder>-<variant>-beam<B>-batch<N>.txt into the run's folder (its signature, then the table).
 On the stand-in, outputs are forced to reference lengths as in every other benchmark.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 from torch.profiler import ProfilerActivity, profile
 
 from bench.cli import BenchCli
-from bench.common import is_standin, now, sample_sentences
+from bench.common import is_standin, now, sample_sentences, writable
 from bench.latency import options_for
 from handlers.handler_config import DECODER_NAMES, DecoderName, HandlerConfig, Variant
 from handlers.model.translator import Translator
@@ -56,7 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         f"# {stamp['command']}, commit {stamp['commit']}, torchserve {stamp['torchserve']}\n"
     )
     args.results_dir.mkdir(parents=True, exist_ok=True)
-    path = args.results_dir / f"profile-{args.decoder}-{args.variant}-beam{args.beams}-batch{args.batch}.txt"
+    path = writable(
+        args.results_dir / f"profile-{args.decoder}-{args.variant}-beam{args.beams}-batch{args.batch}.txt"
+    )
     path.write_text(header + table + "\n")
     print(header + table)
     print(f"written to {path}")

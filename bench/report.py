@@ -1,4 +1,4 @@
-"""Turn bench/results/*.json into plots and bench/results/README.md.
+"""Turn a run folder's *.json into plots and its README.md (default: the newest run folder).
 
     python -m bench.report [--results-dir bench/results]
 
@@ -20,6 +20,7 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 
 from bench.cli import BenchCli
+from bench.common import newest_run, writable
 from bench.exactness import markdown as exactness_markdown
 from bench.ladder_targets import markdown as latency_markdown
 from bench.signature import UnsignedResult, command_of
@@ -104,7 +105,7 @@ def _save(figure: Any, path: Path, result: dict[str, Any]) -> Path:
     if result.get("standin"):
         figure.text(0.5, 0.005, STANDIN_LABEL, ha="center", fontsize=8, color="#c44e52")
     figure.tight_layout(rect=(0, 0.03, 1, 1))
-    figure.savefig(path, dpi=110)
+    figure.savefig(writable(path), dpi=110)
     plt.close(figure)
     return path
 
@@ -289,13 +290,16 @@ def write_readme(results: dict[str, dict[str, Any]], plots: list[Path], out: Pat
         parts += ["", *batch_section(results["batch_throughput"], loads)]
     parts += ["", "## Finished studies", "", STUDIES]
     parts += ["", "## Plots", ""] + [f"![{plot.stem}]({plot.name})" for plot in plots]
-    path = out / "README.md"
+    path = writable(out / "README.md")
     path.write_text("\n".join(parts) + "\n")
     return path
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = BenchCli("report", __doc__, results_dir=True).parse(argv)
+    cli = BenchCli("report", __doc__, results_dir=True)
+    args = cli.parse(argv)
+    if "--results-dir" not in cli.argv:  # nothing new to measure: the newest run's folder
+        args.results_dir = newest_run()
     results = load_results(args.results_dir)
     if not results:
         raise SystemExit(f"no results in {args.results_dir}: run `make bench` first")

@@ -16,7 +16,8 @@ runs cold.
         # make serve's archive beside the image we ship (make image MODEL=synthetic; bench.image_peer)
     python -m bench.run_all --quick --steps quality latency   # only these steps, then the report
 
-Every step prints progress to stderr; results land in bench/results/ (or --results-dir).
+Every step prints progress to stderr; results land in this run's own
+folder, bench/results/runs/<date>-<commit>/ (or --results-dir); no run writes over a committed result.
 """
 
 from __future__ import annotations

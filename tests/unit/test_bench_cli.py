@@ -18,7 +18,7 @@ import pytest
 from bench import cli as bench_cli
 from bench import report
 from bench.cli import BenchCli, Progress
-from bench.common import DEFAULT_MODEL, RESULTS_DIR, write_result
+from bench.common import DEFAULT_MODEL, RESULTS_DIR, RUNS_DIR, writable, write_result
 from bench.signature import Signature, UnsignedResult, command_of, git_commit, invoked_command, signature
 
 # Every `python -m bench.<name>` and the shared flags it has: --model's default (None: no --model),
@@ -47,7 +47,10 @@ def test_shared_flags_parse_and_the_command_line_is_kept() -> None:
     assert (args.model, args.strict, args.results_dir, args.users) == ("some dir", True, Path("/tmp/out"), 9)
     assert cli.command == "python -m bench.demo --model 'some dir' --strict --results-dir /tmp/out --users 9"
     defaults = cli.parse([])
-    assert (defaults.model, defaults.strict, defaults.results_dir) == ("synthetic", False, RESULTS_DIR)
+    assert (defaults.model, defaults.strict) == ("synthetic", False)
+    # By default a run writes into a folder of its own: runs/<date>-<hour><minute>-<commit>.
+    assert defaults.results_dir.parent == RUNS_DIR
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d-\d{4}-" + COMMIT.pattern[1:], defaults.results_dir.name)
     assert cli.command == "python -m bench.demo"
 
 
@@ -207,3 +210,13 @@ def test_python_dash_m_help_runs() -> None:
     for index, name in enumerate(names):
         usage, ran, code = parts[3 * index : 3 * index + 3]
         assert (ran, code) == (name, "0") and usage.startswith(f"usage: python -m {name}"), usage[:200]
+
+
+def test_a_committed_result_is_never_written_over(tmp_path: Path) -> None:
+    """Docs cite committed result files: a run that names their folder fails before writing."""
+    cited = RESULTS_DIR / "kernels-2026-11-28" / "fa22b4f" / "hot-path.json"
+    before = cited.read_bytes()
+    with pytest.raises(FileExistsError, match="committed result"):
+        write_result("hot-path", {"x": 1}, cited.parent)
+    assert cited.read_bytes() == before
+    assert writable(tmp_path / "new.json") == tmp_path / "new.json"  # not committed: fine
