@@ -17,7 +17,7 @@ help:
 	@echo "make stop    stop TorchServe"
 	@echo "make test    lint, type-check, unit and end-to-end tests: the quick loop (make lint: only the first two)"
 	@echo "make soak    minutes of load, swaps and faults on real servers; make bench-check: the bench harness's smoke runs"
-	@echo "make fuzz    the text stages' worst inputs (adversarial + Hypothesis): bench/results/fuzz.json, fails over budget"
+	@echo "make fuzz    the text stages' worst inputs (adversarial + Hypothesis): fuzz.json in the run folder, fails over budget"
 	@echo "make bench   quality, latency ladder, load and scheduler benchmarks, report with plots, in bench/results/runs/<date>-<commit>/"
 	@echo "make libretranslate-peer   LibreTranslate 1.9.6 in its own venv under build/ with the stand-in as an Argos package: make bench's served peer"
 	@echo "make config-doc   write docs/CONFIGURATION.md from handlers/handler_config.py (a test fails when they differ)"
@@ -27,6 +27,13 @@ help:
 	@echo "make fleet   REPLICAS=2 TorchServe replicas behind nginx on 127.0.0.1:8090 (MODEL=...|tiny); make fleet-stop"
 	@echo "             the fleet's front door serves the playground at / and the status page at /status"
 	@echo "make image   build the image with podman: MODEL=<dir>, or MODEL=synthetic for a :standin image (the hub is unreachable here); make image-test builds, runs and stops it"
+	@echo "make bench-quick   make bench's short plan (minutes), into its own run folder"
+	@echo "make screenshots   docs/playground.png and docs/status.png from the browser tests"
+	@echo "make archives      only build the two archives into model_store/ (make serve does it first)"
+	@echo "make kernels       only compile the C kernels (handlers/model/libzh_en_kernels.so), a path per instruction set"
+	@echo "make venv          the virtualenv with the dev tools (make test creates it)"
+	@echo "make java | cc | nginx | chromium   install that prerequisite with apt-get where missing (as root)"
+	@echo "make clean         remove build/, the archives and logs"
 
 # torch's CPU build. On x86_64 the public index's plain `torch` is the CUDA build (several GB of
 # nvidia-* wheels); the `+cpu` local version exists only on PyTorch's CPU index (and in a local
@@ -66,10 +73,15 @@ $(BATCH): $(RUNTIME)
 	$(call install,-e '.[batch]')
 	touch $@
 
+# A missing system package is installed only by root; anyone else is told, before any long step (make
+# serve and make test check these first), what to install: $(call as_root,what,packages).
+as_root = test "$$(id -u)" = 0 || { echo "make: $(1) is missing: install it as root (apt-get install -y $(2)), or run make as root"; exit 1; }
+
 # TorchServe's frontend needs Java 17; install it where missing (Debian/Ubuntu, as root).
 java:
 	@command -v java >/dev/null 2>&1 && java -version 2>&1 | grep -q 'version "17' || { \
 	  command -v apt-get >/dev/null || { echo "make: install Java 17 (Amazon Linux: dnf install java-17-amazon-corretto-headless)"; exit 1; }; \
+	  $(call as_root,Java 17,openjdk-17-jre-headless); \
 	  echo "installing openjdk-17-jre-headless"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
 
@@ -78,12 +90,13 @@ java:
 cc:
 	@command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || { \
 	  command -v apt-get >/dev/null || { echo "make: install a C compiler (gcc) for make kernels"; exit 1; }; \
+	  $(call as_root,a C compiler,gcc libc6-dev); \
 	  echo "installing gcc"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null; }
 
 # One library, a path per instruction set chosen from CPUID at run time (handlers/model/native.py):
 # built once per kernels.c, packed into both archives; prints the paths this host runs.
-kernels: $(RUNTIME) cc
+kernels: cc $(RUNTIME)
 	$(BIN)/python -m handlers.model.native
 
 # The fleet's front door: nginx, with njs to hash client keys; installed where missing (Debian/Ubuntu, as root).
@@ -91,6 +104,7 @@ NGINX_JS := /usr/lib/nginx/modules/ngx_http_js_module.so
 nginx:
 	@{ command -v nginx || test -x /usr/sbin/nginx; } >/dev/null 2>&1 && test -e $(NGINX_JS) || { \
 	  command -v apt-get >/dev/null || { echo "make: install nginx with its njs module ($(NGINX_JS))"; exit 1; }; \
+	  $(call as_root,nginx with njs,nginx libnginx-mod-http-js); \
 	  echo "installing nginx and libnginx-mod-http-js"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx libnginx-mod-http-js >/dev/null; }
 
@@ -100,6 +114,7 @@ nginx:
 chromium:
 	@test -x /usr/bin/chromium && fc-list :lang=zh 2>/dev/null | grep -q . || { \
 	  command -v apt-get >/dev/null || { echo "make: install chromium (at /usr/bin/chromium) and a CJK font"; exit 1; }; \
+	  $(call as_root,Chromium and a CJK font,chromium fonts-wqy-microhei); \
 	  echo "installing chromium and fonts-wqy-microhei"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-wqy-microhei >/dev/null; }
 
@@ -122,7 +137,7 @@ translate: archives $(BATCH)
 
 # The launcher returns once the JVM is forked (--start) or signalled (--stop); a hung one is killed.
 LAUNCHER_TIMEOUT := timeout --kill-after=10
-serve: archives java
+serve: java archives
 	$(LAUNCHER_TIMEOUT) 120 $(BIN)/torchserve --start --ncs --model-store $(STORE) --ts-config $(CONFIG) --models zh_en_int8.mar
 	$(BIN)/python -m serving.wait --key-file key_file.json
 
@@ -139,7 +154,7 @@ lint: $(DEV)
 # wall-clock bounds (marked `timed`) alone, so the other process cannot slow them.
 TEST_PROCESSES ?= 2
 QUICK_LOOP := not soak and not bench_check and not image
-test: lint java nginx chromium kernels
+test: java nginx chromium cc lint kernels
 	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES) --dist loadgroup --no-loadscope-reorder -m '$(QUICK_LOOP) and not timed' --durations=15
 	$(BIN)/python -m pytest -q --timed-modules -m '$(QUICK_LOOP) and timed' --durations=5
 

@@ -13,8 +13,9 @@ plan, render; and /detect). The model is not called: each sentence's "translatio
 input, every placeholder token included, which is what render() finds hardest to put back.
 Inputs are the adversarial cases (tests/adversarial.py) and Hypothesis texts made of long runs of
 the same pieces. The budget's deadline is off while measuring, so the report shows what an input
-costs, not where the deadline stopped it. The report (bench/results/fuzz.json, and a table) names
-the slowest input per entry point, its time and its cost per character.
+costs, not where the deadline stopped it. The report (fuzz.json in the run's own folder,
+bench/results/runs/<date>-<commit>/, and a table) names the slowest input per entry point, its time
+and its cost per character.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import HypothesisException
 
+from bench.common import run_folder, writable
 from bench.signature import signature
 from handlers.errors import Refused
 from handlers.handler_config import HandlerConfig
@@ -46,7 +48,6 @@ from handlers.wire.envelopes import read_body
 from handlers.wire.errors import InvalidRequest
 from tests.adversarial import ENTRIES, LINE_BREAKS, MAX_CHARS, REPEATS, RUNS, Case, Entry, cases
 
-REPORT = Path(__file__).resolve().parents[1] / "bench" / "results" / "fuzz.json"
 CONFIG = HandlerConfig()
 BUDGET_SECONDS = getattr(CONFIG, "text_budget_ms", 2000) / 1000
 # A request's glossary at its bounds (256 entries of up to 100 characters) whose terms share long
@@ -271,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="run each case in a process killed after this many seconds",
     )
-    parser.add_argument("--output", type=Path, default=REPORT)
+    parser.add_argument("--output", type=Path, default=run_folder() / "fuzz.json")
     parser.add_argument("--verbose", action="store_true", help="print every case slower than 0.1 s")
     args = parser.parse_args(argv)
 
@@ -281,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
 
     report = campaign(args.size, args.examples, args.budget, args.isolate, progress)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    writable(args.output).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     print(table(report))
     print(f"report: {args.output}")
     return 0 if report["passed"] else 1
