@@ -121,7 +121,8 @@ class HandlerConfig:
     max_cohorts: int = setting(
         4,
         "Start positions a running batch mixes at most. Each cohort costs its own attention calls and "
-        'search per step; docs/BENCHMARKS.md, "Cohorts per running batch", measures 2, 4 and 8.',
+        'search per step; docs/history/benchmarks-2026-11.md, "Cohorts per running batch", measures '
+        "2, 4 and 8.",
         at_least=1,
     )
     document_rows_beside_interactive: int = setting(
