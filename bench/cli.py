@@ -63,7 +63,7 @@ class BenchCli:
             self.parser.add_argument(
                 "--results-dir",
                 type=Path,
-                default=run_folder(),
+                default=None,  # parse() names this run's folder: no git calls for a --help
                 help="where results go (default: this run's own folder, bench/results/runs/<date>-<commit>)",
             )
         self.argv: list[str] = []
@@ -80,6 +80,8 @@ class BenchCli:
         """`argv` (None: this process's arguments), parsed and kept for the signature."""
         self.argv = list(sys.argv[1:] if argv is None else argv)
         self._args = self.parser.parse_args(self.argv)
+        if getattr(self._args, "results_dir", False) is None:
+            self._args.results_dir = run_folder()
         self._model_dir = None
         return self._args
 

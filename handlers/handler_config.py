@@ -283,9 +283,8 @@ def _expected_types(text: str) -> tuple[type, ...]:
     choices' types (__post_init__ then checks the choice itself)."""
     if text in _TYPES:
         return _TYPES[text]
-    alias = globals().get(text)
-    if get_origin(alias) is Literal:
-        return tuple({type(choice) for choice in get_args(alias)})
+    if choices := _choices(text):
+        return tuple({type(choice) for choice in choices})
     raise TypeError(f"HandlerConfig has a field of type {text}, which _check_type cannot check")
 
 
