@@ -39,7 +39,7 @@ def digest(key: str) -> str:
 
 
 def write_client_key(path: Path, key: str) -> None:
-    """A key in key_file.json's shape, mode 0600: serving.client and bench.steady_load read it as is."""
+    """A key in key_file.json's shape, mode 0600: serving.client and tests.soak.steady_load read it as is."""
     write_atomically(path, json.dumps({"inference": {"key": key}}), mode=0o600)
 
 

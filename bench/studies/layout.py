@@ -1,28 +1,26 @@
-"""Worker layout by measurement: sweep workers x threads x batch size x row budget, keep the winner.
+"""The shipped policy's layout by measurement: sweep step partitions x threads x row budget, keep the winner.
 
-    python -m bench.studies.layout [--variant int8] [--workers 1 2] [--threads 1 2] [--batch-size 8 16]
-                                   [--max-batch-rows 16 32 64] [--num-beams default 1] [--users 100]
+    python -m bench.studies.layout [--variant int8] [--partitions 1 2] [--threads 1 2]
+                                   [--max-batch-rows 32 64 128] [--num-beams default 1] [--users 100]
                                    [--duration 20s] [--model synthetic|hub id|dir] [--quick]
 
-Every point of the grid is a real deployment: the variant's model-config yaml with that layout
-(minWorkers/maxWorkers, batchSize, handler threads and max_batch_rows; the sentence cache off, so
-it runs cold), packed by the real archiver
-into a temporary model store, served by a fresh TorchServe on free loopback ports, loaded by Locust
-(bench.load: 100 users, no wait, reference-length outputs on the stand-in), then stopped.
+Every point of the grid is a real deployment of what ships (TorchServe's continuous batching, one
+worker that forks `step_partitions` processes, each stepping its own running batch): the variant's
+model-config yaml with the point's step_partitions, threads and max_batch_rows (the sentence cache
+off, so it runs cold), packed by the real archiver into a temporary model store, served by a fresh
+TorchServe on free loopback ports, loaded by Locust (bench.load: 100 users, no wait,
+reference-length outputs on the stand-in), then stopped.
 
-The default grid: every split of the cores into workers x threads (2 cores: 2 x 1 and 1 x 2), batch
-sizes 8 and 16, row budgets 16, 32 and 64, at the model's own decode (beam 4): 10 points, about 13
-minutes for the full-size model on 2 cores. Given --workers/--threads, their cross product is
-measured, less the pairs over the cores (--oversubscribe keeps them). Row budgets no batch can reach
-are skipped: Locust sends one text per request, so a batch of B requests at N beams is B x N rows,
-and any budget above that decodes the same way.
+The default grid: every split of the cores into partitions x threads (2 cores: 2 x 1 and 1 x 2) and
+row budgets 32, 64 and 128 per partition, at the model's own decode (beam 4): 6 points, about 8
+minutes for the full-size model on 2 cores. Given --partitions/--threads, their cross product is
+measured, less the pairs over the cores (--oversubscribe keeps them).
 
 Progress goes to stderr; stdout gets the table sorted by req/s and the winner as a model-config
-snippet. Writes <results-dir>/<name>.json, .md and .png (name: layout, or layout-quick; the directory
-defaults to bench/studies/results, where the shipped config's measurement is kept). The winner is the
-highest req/s of the first --num-beams decode among points without a failed request.
-
-A finished study kept as a tool (`make layout`): operators run it on the host they deploy to.
+snippet. Writes <name>.json, .md and .png (name: layout, or layout-quick) into the run's own folder
+(bench/results/runs/...). The winner is the highest req/s of the first --num-beams decode among
+points without a failed request. Until commit 96674ee this swept the static batches' layout
+(workers x threads x batch size x row budget); its last result is bench/studies/results/layout.md.
 """
 
 from __future__ import annotations
@@ -46,9 +44,9 @@ import yaml
 from archive.build import CONFIG_DIR, MODEL_NAME, ArchiveSpec, build_archive, model_digest
 from archive.tatoeba import REPO_ROOT
 from bench.cli import BenchCli, Progress
-from bench.common import CACHE_OFF, DEFAULT_MODEL, STUDIES_RESULTS_DIR, is_standin
+from bench.common import CACHE_OFF, DEFAULT_MODEL, is_standin
 from bench.load import LoadSpec, run_load
-from bench.process_memory import memory_mb, peak_mb, ready_worker_pids, workers_memory
+from bench.process_memory import host_memory_mb, memory_mb, ready_worker_pids
 from bench.studies.layout_report import (
     decode_label,
     markdown_table,
@@ -62,19 +60,18 @@ from serving.client import ServerError
 from serving.processes import process_alive
 from serving.torchserve import TorchServe
 
-# One full-size int8 point besides its Locust run time (AMD EPYC, 2 shared cores, 2026-11-22): build
-# 1-1.5 s, workers loading, quantizing and warming up (~20 s), Locust's setup and its wait for the
-# requests still in flight (up to its 30 s stop timeout), stop: 48 s at 2 x 1, ~60 s at 1 x 2 (p95
-# 41 s at beam 4). Only for the estimate printed before a sweep.
+# One full-size int8 point besides its Locust run time (AMD EPYC, 2 shared cores, 2026-11-22, static
+# batches): build 1-1.5 s, the worker loading, quantizing and warming up (~20 s), Locust's setup and
+# its wait for the requests in flight (up to its 30 s stop timeout), stop. Only for the estimate
+# printed before a sweep.
 OVERHEAD_S = 55.0
 say = Progress("layout")
 
 
 @dataclass(frozen=True)
 class Point:
-    workers: int
+    partitions: int
     threads: int
-    batch_size: int
     max_batch_rows: int
 
     @property
@@ -86,11 +83,10 @@ class Point:
 class Plan:
     """The grid's axes and the load at each point; --quick swaps in a smoke-sized one."""
 
-    # Empty: every split of the cores, workers x threads = cores (2 cores: 2 x 1 and 1 x 2).
-    workers: tuple[int, ...] = ()
+    # Empty: every split of the cores, partitions x threads = cores (2 cores: 2 x 1 and 1 x 2).
+    partitions: tuple[int, ...] = ()
     threads: tuple[int, ...] = ()
-    batch_sizes: tuple[int, ...] = (8, 16)
-    rows: tuple[int, ...] = (16, 32, 64)
+    rows: tuple[int, ...] = (32, 64, 128)
     users: int = 100
     duration: str = "20s"
     sentences: int = 2000
@@ -99,9 +95,8 @@ class Plan:
 
 FULL = Plan()
 QUICK = Plan(
-    workers=(1,),
+    partitions=(1,),
     threads=(1,),
-    batch_sizes=(8,),
     rows=(8, 32),
     users=4,
     duration="4s",
@@ -121,38 +116,24 @@ def model_beams(model_dir: Path) -> int:
 
 
 def layouts(plan: Plan, cores: int, oversubscribe: bool) -> tuple[list[tuple[int, int]], list[str]]:
-    """(workers, threads) pairs: the plan's cross product within the cores, or every split of them."""
-    if not plan.workers and not plan.threads:
-        return [(w, cores // w) for w in range(1, cores + 1) if cores % w == 0], []
+    """(partitions, threads) pairs: the plan's cross product within the cores, or every split of them."""
+    if not plan.partitions and not plan.threads:
+        return [(p, cores // p) for p in range(1, cores + 1) if cores % p == 0], []
     pairs, skipped = [], []
-    for workers, threads in product(sorted(set(plan.workers or (1,))), sorted(set(plan.threads or (1,)))):
-        if workers * threads > cores and not oversubscribe:
-            skipped.append(f"{workers} workers x {threads} threads: more than the {cores} cores")
+    for partitions, threads in product(
+        sorted(set(plan.partitions or (1,))), sorted(set(plan.threads or (1,)))
+    ):
+        if partitions * threads > cores and not oversubscribe:
+            skipped.append(f"{partitions} partitions x {threads} threads: more than the {cores} cores")
         else:
-            pairs.append((workers, threads))
+            pairs.append((partitions, threads))
     return pairs, skipped
 
 
-def grid(
-    plan: Plan, max_beams: int, cores: int, oversubscribe: bool = False
-) -> tuple[list[Point], list[str]]:
-    """The points worth measuring, and a line for each kind of point left out."""
-    pairs, skipped_layouts = layouts(plan, cores, oversubscribe)
-    points: list[Point] = []
-    skipped = dict.fromkeys(skipped_layouts)  # ordered and without repeats
-    for (workers, threads), batch in product(pairs, sorted(set(plan.batch_sizes))):
-        reached: set[int] = set()
-        for rows in sorted(set(plan.rows)):
-            effective = min(rows, batch * max_beams)
-            if effective in reached:
-                skipped[
-                    f"batch {batch}, rows {rows}: same as rows {effective} "
-                    f"(a batch is at most {batch} x {max_beams} beams = {batch * max_beams} rows)"
-                ] = None
-                continue
-            reached.add(effective)
-            points.append(Point(workers, threads, batch, rows))
-    return points, list(skipped)
+def grid(plan: Plan, cores: int, oversubscribe: bool = False) -> tuple[list[Point], list[str]]:
+    """The points worth measuring, and a line for each pair of the cores left out."""
+    pairs, skipped = layouts(plan, cores, oversubscribe)
+    return [Point(p, t, rows) for (p, t), rows in product(pairs, sorted(set(plan.rows)))], skipped
 
 
 def layout_config(base: dict[str, Any], point: Point, decoder: DecoderName | None = None) -> dict[str, Any]:
@@ -163,19 +144,14 @@ def layout_config(base: dict[str, Any], point: Point, decoder: DecoderName | Non
     handler = {
         **(base.get("handler") or {}),
         **CACHE_OFF,  # measured cold: Locust's repeated sentences must reach the model
+        "step_partitions": point.partitions,
         "threads": point.threads,
         "max_batch_rows": point.max_batch_rows,
     }
     if decoder is not None:
         handler["decoder"] = decoder
     HandlerConfig.from_mapping(handler)
-    return {
-        **base,
-        "minWorkers": point.workers,
-        "maxWorkers": point.workers,
-        "batchSize": point.batch_size,
-        "handler": handler,
-    }
+    return {**base, "handler": handler}
 
 
 @dataclass(frozen=True)
@@ -221,7 +197,7 @@ def measure(sweep: Sweep, point: Point, digest: str) -> dict[str, Any]:
 
 
 def _serve_and_load(sweep: Sweep, server: TorchServe, pids: list[int], results: Path) -> dict[str, Any]:
-    figures: dict[str, Any] = {"ready_workers": len(pids), "memory_after_load": _memory(pids)}
+    figures: dict[str, Any] = {"ready_workers": len(pids), "memory_after_load": host_memory_mb(pids)}
     loads = []
     for beams in sweep.decodes:
         spec = LoadSpec(
@@ -238,13 +214,11 @@ def _serve_and_load(sweep: Sweep, server: TorchServe, pids: list[int], results: 
             summary = run_load(spec, results, sweep.model_dir)
         loads.append({key: summary[key] for key in LOAD_KEYS} | {"decode": decode_label(beams)})
     alive = [pid for pid in pids if process_alive(pid)]  # a worker that died is restarted, not measured
-    peaks = [peak for pid in alive if (peak := peak_mb(pid)) is not None]
     java = server.java_pid()
     figures.update(
         loads=loads,
         workers_died=len(pids) - len(alive),
-        memory_after_runs=_memory(alive),
-        peak_worker_mb=max(peaks, default=None),
+        memory_after_runs=host_memory_mb(alive),
         frontend_rss_mb=memory_mb(java)["rss_mb"] if java else None,
         standin=loads[0]["standin"] if loads else None,
     )
@@ -252,17 +226,6 @@ def _serve_and_load(sweep: Sweep, server: TorchServe, pids: list[int], results: 
 
 
 LOAD_KEYS = ("requests", "failures", "rps", "p50_ms", "p95_ms", "p99_ms", "num_beams", "standin")
-
-
-def _memory(pids: Sequence[int]) -> dict[str, Any]:
-    """Mean resident memory per worker (private + file-backed) and the workers' private total."""
-    figures = workers_memory(pids)
-    per_worker = {
-        f"{key}_per_worker": figures[key] for key in ("rss_mb", "private_mb", "file_mb") if key in figures
-    }
-    return per_worker | (
-        {"private_mb_total": figures["private_mb_total"]} if "private_mb_total" in figures else {}
-    )
 
 
 def _load_average() -> list[float]:
@@ -289,13 +252,11 @@ def parse_beams(value: str) -> int | None:
 def command() -> BenchCli:
     cli = BenchCli("studies.layout", __doc__, model=DEFAULT_MODEL, strict=True, results_dir=True)
     parser = cli.parser
-    parser.set_defaults(results_dir=STUDIES_RESULTS_DIR)  # beside the measurement the docs cite
     parser.add_argument("--variant", choices=("int8", "fp32"), default="int8")
-    parser.add_argument("--workers", type=int, nargs="+", help="default: every split of the cores")
+    parser.add_argument("--partitions", type=int, nargs="+", help="default: every split of the cores")
     parser.add_argument(
-        "--threads", type=int, nargs="+", help="intra-op threads per worker (default: as above)"
+        "--threads", type=int, nargs="+", help="intra-op threads per partition (default: as above)"
     )
-    parser.add_argument("--batch-size", type=int, nargs="+", help=f"default {FULL.batch_sizes}")
     parser.add_argument("--max-batch-rows", type=int, nargs="+", help=f"row budget, default {FULL.rows}")
     parser.add_argument(
         "--num-beams",
@@ -308,7 +269,7 @@ def command() -> BenchCli:
     parser.add_argument("--users", type=int, help=f"Locust users, default {FULL.users}")
     parser.add_argument("--duration", help=f"Locust run time per decode and point, default {FULL.duration}")
     parser.add_argument("--cores", type=int, default=usable_cores(), help="default: this machine's")
-    parser.add_argument("--oversubscribe", action="store_true", help="keep workers x threads > cores")
+    parser.add_argument("--oversubscribe", action="store_true", help="keep partitions x threads > cores")
     parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR, help="where zh_en_<variant>.yaml is")
     parser.add_argument("--quick", action="store_true", help="smoke run: 2 points, 4 users, 4 s")
     parser.add_argument("--name", help="results file name (default: layout, or layout-quick)")
@@ -323,9 +284,8 @@ def plan_of(args: argparse.Namespace) -> Plan:
     """--quick or the full plan, with any axis or load setting given on the command line."""
     plan = QUICK if args.quick else FULL
     return Plan(
-        workers=tuple(args.workers or plan.workers),
+        partitions=tuple(args.partitions or plan.partitions),
         threads=tuple(args.threads or plan.threads),
-        batch_sizes=tuple(args.batch_size or plan.batch_sizes),
         rows=tuple(args.max_batch_rows or plan.rows),
         users=args.users or plan.users,
         duration=args.duration or plan.duration,
@@ -337,7 +297,7 @@ def plan_of(args: argparse.Namespace) -> Plan:
 def run(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
     plan = plan_of(args)
     beams, decodes = model_beams(model_dir), tuple(args.num_beams)
-    points, skipped = grid(plan, max(b or beams for b in decodes), args.cores, args.oversubscribe)
+    points, skipped = grid(plan, args.cores, args.oversubscribe)
     base_path = args.config_dir / f"{MODEL_NAME}_{args.variant}.yaml"
     base = read_base_config(args.config_dir, args.variant)
     sweep = Sweep(args.variant, model_dir, base, decodes, plan, args.decoder)
@@ -389,8 +349,8 @@ def _outcome(row: dict[str, Any]) -> str:
         f"{load['failures']} failed"
         for load in row["loads"]
     ]
-    memory = row["memory_after_runs"].get("private_mb_per_worker", "?")
-    return "; ".join(parts) + f"; {row['ready_workers']} worker(s), {memory} MB private each"
+    memory = row["memory_after_runs"]
+    return "; ".join(parts) + f"; PSS {memory['pss_mb']} MB over {memory['processes']} processes"
 
 
 def _shown(path: Path) -> str:

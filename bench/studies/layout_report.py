@@ -14,10 +14,7 @@ from bench.signature import command_of
 
 
 def point_name(point: Mapping[str, int]) -> str:
-    return (
-        f"{point['workers']}w x {point['threads']}t, batch {point['batch_size']}, "
-        f"rows {point['max_batch_rows']}"
-    )
+    return f"{point['partitions']}p x {point['threads']}t, rows {point['max_batch_rows']}"
 
 
 def decode_label(beams: int | None) -> str:
@@ -36,10 +33,11 @@ def winning_config(result: dict[str, Any]) -> str:
     point = best["point"]
     load = best["loads"][0]
     config = {
-        "minWorkers": point["workers"],
-        "maxWorkers": point["workers"],
-        "batchSize": point["batch_size"],
-        "handler": {"threads": point["threads"], "max_batch_rows": point["max_batch_rows"]},
+        "handler": {
+            "step_partitions": point["partitions"],
+            "threads": point["threads"],
+            "max_batch_rows": point["max_batch_rows"],
+        },
     }
     header = (
         f"# bench.studies.layout winner, {result['variant']}: {point_name(point)}: {load['rps']} req/s at "
@@ -52,16 +50,16 @@ def winning_config(result: dict[str, Any]) -> str:
 
 def markdown_table(result: dict[str, Any]) -> str:
     """One row per point, best req/s first (at the first decode); the winner's rank in bold."""
-    head = ["#", "workers", "threads", "batch", "rows"]
+    head = ["#", "partitions", "threads", "rows"]
     for beams in result["decodes"]:
         head += [f"{decode_label(beams)} req/s", "p50 ms", "p95 ms", "failed"]
-    head += ["private MB / worker", "peak MB / worker", "private MB total"]
+    head += ["PSS MB, worker + partitions", "USS MB"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     best = result["winner"]["point"] if result["winner"] else None
     for rank, row in enumerate(ranked(result["points"]), start=1):
         point = row["point"]
         cells = [f"**{rank}**" if point == best else str(rank)]
-        cells += [str(point[key]) for key in ("workers", "threads", "batch_size", "max_batch_rows")]
+        cells += [str(point[key]) for key in ("partitions", "threads", "max_batch_rows")]
         if "error" in row:
             cells += [f"did not serve: {row['error'][:80]}"] + [""] * (len(head) - len(cells) - 1)
         else:
@@ -75,11 +73,7 @@ def markdown_table(result: dict[str, Any]) -> str:
             if row.get("workers_died"):
                 cells[-1] += f", {row['workers_died']} worker(s) died"
             memory = row["memory_after_runs"]
-            cells += [
-                str(memory.get("private_mb_per_worker", "-")),
-                str(row["peak_worker_mb"] or "-"),
-                str(memory.get("private_mb_total", "-")),
-            ]
+            cells += [str(memory.get("pss_mb", "-")), str(memory.get("uss_mb", "-"))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -87,7 +81,7 @@ def markdown_table(result: dict[str, Any]) -> str:
 def write_markdown(result: dict[str, Any], out: Path, plot: Path | None) -> Path:
     m, decodes = result["machine"], ", ".join(decode_label(b) for b in result["decodes"])
     parts = [
-        f"# Worker layout, {result['variant']} ({result['date']})",
+        f"# Step partitions x threads, {result['variant']} ({result['date']})",
         "",
         f"- `{command_of(result)}`: {len(result['points'])} points in {result['elapsed_s'] / 60:.1f} minutes",
         f"- machine: {m['cpu']}, {m['cores']} cores, {m['system']}, Python {m['python']}, torch {m['torch']}",
@@ -95,7 +89,7 @@ def write_markdown(result: dict[str, Any], out: Path, plot: Path | None) -> Path
         f"{result['duration']} per decode: {decodes} (default: the model's {result['model_beams']} beams)",
         f"- fixed: `{result['base_config']}` otherwise (maxBatchDelay {result['max_batch_delay_ms']} ms, "
         f"decoder {result['decoder']})",
-        "- memory: per worker after the runs (private = what one more worker costs), peak = VmHWM",
+        "- memory after the runs: PSS of the worker and its partitions summed (shared weights once), USS",
     ]
     if result["standin"]:
         parts.append(
@@ -135,7 +129,7 @@ def plot(result: dict[str, Any], out: Path) -> Path | None:
     axis.set_xlim(0, max(values) * 1.35 or 1)
     load = rows[0]["loads"][0]
     axis.set_xlabel(f"requests/s, {result['users']} users, {load['decode']} decode")
-    axis.set_title(f"zh_en {result['variant']}: worker layouts (w workers x t threads)")
+    axis.set_title(f"zh_en {result['variant']}: step partitions x threads (p x t)")
     m = result["machine"]
     footer = f"{m['cpu']}, {m['cores']} cores, {result['date']}"
     if result["standin"]:

@@ -11,7 +11,7 @@ one copy, as before.
 
 It stands in for fbgemm only where its bits are fbgemm's: the fbgemm (or x86) engine, weights with
 zero point 0 (quantize_dynamic's symmetric qint8), N a multiple of 16 and K of 4 (every layer of
-opus-mt-zh-en and the tiny stand-in; MAX_COLUMNS outputs at most, where set), and a
+opus-mt-zh-en and the tiny stand-in), and a
 kernel path with an int8 matmul (AVX2 and up) that is faster than fbgemm's on this CPU
 (native.matmuls_are_ours). Elsewhere RowInt8Linear keeps fbgemm.
 """
@@ -30,8 +30,7 @@ COLUMNS, INPUTS = 16, 4  # the kernel's block of output columns, and of inputs p
 # Every width, the 32,000-column output layer included: with a tile of 5 rows x 16 columns int8_linear
 # ran it at 1.14-1.53x fbgemm's speed from 4 to 64 rows, 0.88-0.90x at one row (AMD EPYC Zen 3,
 # 2026-11-28, bench/results/kernels-2026-11-28/tile-study). The tile of 6 rows x 8 columns before it had
-# run it at 0.96-0.99x, so the output layer had stayed on fbgemm (MAX_COLUMNS was 8,192).
-MAX_COLUMNS: int | None = None
+# run it at 0.96-0.99x, so the output layer had stayed on fbgemm (at most 8,192 columns, until 96674ee).
 
 
 class Int8Linear:
@@ -100,7 +99,7 @@ def fits(weight: torch.Tensor) -> bool:
     if torch.backends.quantized.engine not in ("fbgemm", "x86") or weight.dtype != torch.qint8:
         return False
     n, k = weight.shape
-    if n % COLUMNS or k % INPUTS or (MAX_COLUMNS is not None and n > MAX_COLUMNS):
+    if n % COLUMNS or k % INPUTS:
         return False
     if weight.qscheme() == torch.per_tensor_affine:
         return bool(weight.q_zero_point() == 0)

@@ -4,9 +4,8 @@ RowInt8Linear maps every input row onto [0, 1] before fbgemm and puts the row's 
 back after it (handlers.model.row_int8). In torch that is ten small operator calls per layer, and
 a decode step has 37 layers. kernels.c does each side in one pass, with the same IEEE operations
 in the same order, so both give the same bits. Alone, it made our engine 3-6% faster in an
-in-process A/B (the profiler, which inflates small operators, had promised more); python -m
-bench.hot_path measures it with the rest of the hot path. Where the C kernels are not loaded
-(handlers.model.native), torch's calls stand in.
+in-process A/B (the profiler, which inflates small operators, had promised more). Where the C
+kernels are not loaded (handlers.model.native), torch's calls stand in.
 """
 
 from __future__ import annotations
@@ -106,13 +105,6 @@ def _float_rows(tensor: torch.Tensor) -> torch.Tensor:
     if tensor.dtype != torch.float32 or tensor.dim() != 2:
         raise TypeError(f"expected a 2-d float32 tensor, got {tensor.dtype} {tuple(tensor.shape)}")
     return tensor.contiguous()
-
-
-def load(choice: str = "auto") -> RowOps:
-    """The row ops for a native.CHOICES name: `torch`, a named path (or a KernelChoiceError), or `auto`
-    (native.load's choice, torch's operators where the library is missing)."""
-    kernels = native.load(choice)
-    return TorchRowOps() if kernels is None else NativeRowOps(kernels)
 
 
 @functools.cache

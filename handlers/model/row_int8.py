@@ -78,16 +78,15 @@ class RowInt8Linear(nn.Module):
         self.register_buffer("bias", zeros if bias is None else bias.detach().clone(), persistent=False)
         self.use(weight, ops or default_row_ops())
 
-    def use(self, weight: torch.Tensor, ops: RowOps, one_call: bool = True) -> None:
+    def use(self, weight: torch.Tensor, ops: RowOps) -> None:
         """Hold `weight` for `ops` (the mapping's element-wise work: C kernels or torch's).
 
-        With the C kernels (and `one_call`, which only bench.hot_path turns off to measure the path
-        before it), a weight int8_linear fits is held in its order and the whole layer is one call;
-        otherwise fbgemm's (or oneDNN's) packing. Either way, one copy and the same bits.
+        With the C kernels, a weight int8_linear fits is held in its order and the whole layer is one
+        call; otherwise fbgemm's (or oneDNN's) packing. Either way, one copy and the same bits.
         """
         self.ops = ops
         # The path's int8_linear, None where fbgemm holds the matmuls on this CPU (native.matmuls_are_ours).
-        run = ops.kernels.int8_linear if one_call and isinstance(ops, NativeRowOps) else None
+        run = ops.kernels.int8_linear if isinstance(ops, NativeRowOps) else None
         # The whole layer as one int8_linear call, or None: fbgemm with the mapping around it.
         self.whole = Int8Linear(weight, run) if run is not None and fits(weight) else None
         self.packed = None if self.whole is not None else torch.ops.quantized.linear_prepack(weight, None)

@@ -1,7 +1,7 @@
 """The replica set under load, through the front door: zero failed requests (tiny stand-in).
 
 `make fleet MODEL=tiny` starts the fleet and `make fleet-stop` stops it, as an operator would;
-bench.fleet_faults measures the same functions on the full-size archives. Minutes: marked soak.
+tests.soak.fleet_faults measures the same functions on the full-size archives. Minutes: marked soak.
 """
 
 from __future__ import annotations
@@ -13,7 +13,11 @@ from typing import Any
 
 import pytest
 
-from bench.fleet_faults import (
+from serving.ports import free_port
+from serving.processes import process_alive
+from serving.replica_set import Fleet
+from serving.torchserve import REPO_ROOT
+from tests.soak.fleet_faults import (
     add_replica_under_load,
     kill_replica_under_load,
     load_key,
@@ -21,10 +25,6 @@ from bench.fleet_faults import (
     roll_under_load,
     under_load,
 )
-from serving.ports import free_port
-from serving.processes import process_alive
-from serving.replica_set import Fleet
-from serving.torchserve import REPO_ROOT
 
 pytestmark = pytest.mark.soak
 

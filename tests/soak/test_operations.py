@@ -17,7 +17,10 @@ import pytest
 import requests
 
 from bench.common import SCHEDULERS, archive_with
-from bench.faults import (
+from serving.processes import process_alive
+from serving.swap import archive_workers
+from serving.torchserve import TorchServe
+from tests.soak.faults import (
     cold_store,
     kill_partition_under_load,
     kill_worker_under_load,
@@ -25,10 +28,7 @@ from bench.faults import (
     summarize,
     swap_under_load,
 )
-from bench.steady_load import SteadyLoad
-from serving.processes import process_alive
-from serving.swap import archive_workers
-from serving.torchserve import TorchServe
+from tests.soak.steady_load import SteadyLoad
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.soak
@@ -52,7 +52,7 @@ def scheduler(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def fresh_server(scheduler: str, tiny_model_dir: Path, tmp_path: Path) -> Iterator[TorchServe]:
-    """Both tiny archives, cache off, as bench.faults packs them for `scheduler`."""
+    """Both tiny archives, cache off, as tests.soak.faults packs them for `scheduler`."""
     with TorchServe(cold_store(tiny_model_dir, tmp_path, scheduler), tmp_path / "torchserve") as running:
         yield running
 

@@ -10,8 +10,8 @@ import warnings
 import pytest
 import torch
 
-from handlers.model import int8_linear, native_rows
-from handlers.model.native_rows import RowOps, TorchRowOps
+from handlers.model import int8_linear, native
+from handlers.model.native_rows import NativeRowOps, RowOps, TorchRowOps
 from handlers.model.row_int8 import RowInt8Linear, fuse
 from tests.kernel_paths import kernel_paths
 from tests.unit.test_row_int8_kernels import hard_rows, same_bits
@@ -20,7 +20,9 @@ from tests.unit.test_row_int8_kernels import hard_rows, same_bits
 @pytest.fixture(scope="module", params=kernel_paths(int8_matmul=True))
 def ops(request: pytest.FixtureRequest) -> RowOps:
     """One path's kernels, named, so its int8_linear holds every layer it fits."""
-    return native_rows.load(request.param)
+    kernels = native.load(request.param)
+    assert kernels is not None, request.param
+    return NativeRowOps(kernels)
 
 
 # (rows, inputs, outputs): the decoder's layers for one sentence, a beam, a batch and an encoder

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from bench.steady_load import SteadyLoad, unanswered
 from serving.client import Endpoints, TorchServeClient
+from tests.soak.steady_load import SteadyLoad, unanswered
 
 ANSWER = json.dumps({"translation": "hi", "variant": "int8"}).encode()
 

@@ -1,7 +1,7 @@
 """The replica set under load, measured at the front door: a rolling version change, a killed
 replica, a replica added and one removed.
 
-    python -m bench.fleet_faults [--model-store model_store] [--replicas 2] [--concurrency 4]
+    python -m tests.soak.fleet_faults [--model-store model_store] [--replicas 2] [--concurrency 4]
 
 Starts a fleet (`--replicas` TorchServe replicas of zh_en_int8.mar behind nginx, in a temporary
 directory, the front door on a free loopback port), keeps `--concurrency` clients sending greedy
@@ -28,14 +28,14 @@ from typing import Any
 
 from bench.cli import BenchCli, Progress
 from bench.common import percentiles, seconds_until
-from bench.faults import summarize
-from bench.steady_load import SteadyLoad
 from serving.client import Endpoints, TorchServeClient
 from serving.fleet_keys import KeyStore, write_client_key
 from serving.nginx_conf import FrontDoorConfig
 from serving.ports import free_port
 from serving.replica_set import Fleet
 from serving.torchserve import TorchServe
+from tests.soak.faults import summarize
+from tests.soak.steady_load import SteadyLoad
 
 TEXTS = ["汤姆不会同意的。", "我要看病。", "那个穿棕色大衣的女人是谁？", "如果今天是星期日，我會去釣魚。"]
 say = Progress("fleet_faults")

@@ -1,6 +1,6 @@
 """Operations under load, measured: version swaps, a killed worker and (step) a killed partition.
 
-    python -m bench.faults [--model synthetic|hub id|dir] [--swap-seconds 60] [--concurrency 4]
+    python -m tests.soak.faults [--model synthetic|hub id|dir] [--swap-seconds 60] [--concurrency 4]
                            [--scheduler step|static]
 
 Starts a real TorchServe (production config, free local ports) serving zh_en_int8.mar, keeps a
@@ -30,11 +30,11 @@ from typing import Any
 
 from bench.cli import BenchCli, Progress
 from bench.common import DEFAULT_MODEL, SCHEDULERS, archive_with, seconds_until
-from bench.steady_load import SteadyLoad
 from serving.client import MODEL_NAME, TorchServeClient
 from serving.processes import live_children
 from serving.swap import resolve_target, swap
 from serving.torchserve import TorchServe
+from tests.soak.steady_load import SteadyLoad
 
 VERSIONS = ("1.0-fp32", "1.0-int8")
 say = Progress("faults")
