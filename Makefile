@@ -21,7 +21,7 @@ help:
 	@echo "make bench   quality, latency ladder, load and scheduler benchmarks, report with plots, in bench/results/runs/<date>-<commit>/"
 	@echo "make libretranslate-peer   LibreTranslate 1.9.6 in its own venv under build/ with the stand-in as an Argos package: make bench's served peer"
 	@echo "make config-doc   write docs/CONFIGURATION.md from handlers/handler_config.py (a test fails when they differ)"
-	@echo "make layout  measure workers x threads x batch x row budget, print the winning model config"
+	@echo "make layout  measure step partitions x threads x row budget as shipped, print the winning model config"
 	@echo "make swap TO=1.0-fp32   zero-downtime switch of the default version"
 	@echo "make translate IN=corpus/ OUT=translated/ [ARGS='--beams 2']   batch prediction with the int8 archive on local Ray (docs/BATCH.md)"
 	@echo "make fleet   REPLICAS=2 TorchServe replicas behind nginx on 127.0.0.1:8090 (MODEL=...|tiny); make fleet-stop"
@@ -172,7 +172,7 @@ libretranslate-peer: $(DEV)
 	$(BIN)/python -m bench.libretranslate_peer --prepare
 
 # One fresh TorchServe per point (its own archive from MODEL); about 13 minutes on 2 cores. A finished
-# study kept as a tool (bench/studies/README.md); writes bench/studies/results/layout.{json,md,png}.
+# study kept as a tool (bench/studies/README.md); writes layout.{json,md,png} into its run folder.
 layout: $(DEV) java
 	$(BIN)/python -m bench.studies.layout --model $(MODEL) $(STRICT_FLAG)
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from batch.archive_model import ArchiveModel, batch_config, open_archive
 from batch.units import JobOptions, Unit, UnitResult
 from handlers.errors import Refused
+from handlers.jobs import Job
 from handlers.model.options import GenerationOptions
 from handlers.scheduling.inline import InlineDriver
 from handlers.scheduling.run import load_and_warm_up, scheduler_for
@@ -70,7 +71,7 @@ class UnitTranslator:
             groups.setdefault((unit.text_format, unit.forced_tokens), []).append((unit, planned))
         together = {key: _together([planned for _, planned in group]) for key, group in groups.items()}
         for key, planned in together.items():
-            self.decoding.open(key, planned)
+            self.decoding.open(key, Job(planned=planned))
         self.decoding.collect(lambda: False, math.inf)
         for key, group in groups.items():
             self.decoding.close(key)

@@ -28,6 +28,7 @@ from handlers.scheduling.step_scheduler import StepScheduler
 class BatchCalls:
     whole_answers = True  # every request is answered within its call
     holds_open = False
+    loading_threads: int | None = None  # the worker decodes: config.threads from the start
 
     def __init__(self, config: HandlerConfig) -> None:
         self.config = config
@@ -56,6 +57,7 @@ class BatchCalls:
 class StepCalls:
     whole_answers = False
     holds_open = True
+    loading_threads: int | None = 1  # the partitions decode, with config.threads each, once forked
 
     def __init__(self, config: HandlerConfig, yaml: dict[str, Any]) -> None:
         if not yaml.get("continuousBatching"):
@@ -73,7 +75,7 @@ class StepCalls:
         self.config = config
 
     def driver(self, schedulers: Sequence[StepScheduler]) -> Driver:
-        return ProcessPartitions(schedulers)
+        return ProcessPartitions(schedulers, self.config.threads)
 
     def partitions(self) -> int:
         return self.config.step_partitions

@@ -26,6 +26,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from handlers.jobs import Job
+from handlers.scheduling.step_scheduler import SchedulerState
 from handlers.translation.decoding import SentenceDecoding
 
 ALL_DONE = float("inf")  # a static call steps until its batch is decoded
@@ -40,63 +41,35 @@ class Progress:
     done: bool  # every sentence is decoded (or the request needs none): its whole answer can go
 
 
-@dataclass
-class _Open:
-    job: Job
-    calls: int = 0  # answers given so far
-    streamed: int = 0  # sentences already streamed
-    answered: bool = False  # its whole answer has been given, and TorchServe still sends it
-
-    @property
-    def streaming(self) -> bool:
-        return self.job.planned is not None and self.job.planned.request.stream
-
-    @property
-    def done(self) -> bool:
-        return self.job.planned is None or self.job.planned.done
-
-    def has_news(self) -> bool:
-        """Something to send: a first chunk (the status), the whole answer, or a streamed line."""
-        if self.answered:
-            return False
-        if self.calls == 0 or self.done:
-            return True
-        assert self.job.planned is not None
-        return self.streaming and self.job.planned.ready() > self.streamed
-
-
 class OpenRequests:
     def __init__(self, decoding: SentenceDecoding) -> None:
         self.decoding = decoding
-        self._open: dict[Hashable, _Open] = {}
+        self._jobs = decoding.jobs  # the one registry: closing a request is decoding.close
 
     @property
     def open_count(self) -> int:
-        return len(self._open)
+        return len(self._jobs)
 
     def is_open(self, request: Hashable) -> bool:
-        return request in self._open
+        return request in self._jobs
 
     def job(self, request: Hashable) -> Job:
-        return self._open[request].job
+        return self._jobs[request]
 
     def open(self, request: Hashable, job: Job) -> None:
-        self._open[request] = _Open(job)
-        if job.planned is not None:
-            self.decoding.open(request, job.planned)
+        self.decoding.open(request, job)
 
     def close_missing(self, present: set[Hashable]) -> None:
         """Requests TorchServe no longer sends (the client went away): stop decoding them."""
-        for request in [r for r in self._open if r not in present]:
-            self.close(request)
+        for request in [r for r in self._jobs if r not in present]:
+            self.decoding.close(request)
 
-    def close(self, request: Hashable) -> None:
-        self._open.pop(request, None)
-        self.decoding.close(request)
+    def state(self) -> SchedulerState:
+        return self.decoding.driver.state()
 
     def decode_all(self) -> None:
         """A static call: step until every open request is decoded."""
-        self.decoding.collect(lambda: all(entry.done for entry in self._open.values()), ALL_DONE)
+        self.decoding.collect(lambda: all(job.done for job in self._jobs.values()), ALL_DONE)
 
     def advance(self, seconds: float, backlog_seconds: float) -> None:
         """A continuous call: take what the driver finishes until there is news, or `seconds`.
@@ -105,33 +78,30 @@ class OpenRequests:
         batching resends them all), so while sentences wait for rows a call gathers what finishes
         in `backlog_seconds` and answers it together; only a streamed line still goes out at once.
         """
-        if self.decoding.driver.state().backlog:
+        if self.state().backlog:
             self.decoding.collect(self._stream_news, backlog_seconds)
-        elif not any(entry.has_news() for entry in self._open.values()):
+        elif not self._news():
             self.decoding.collect(self._news, seconds)
 
     def progress(self, request: Hashable) -> Progress | None:
         """What this call owes `request`; None once its whole answer has been given."""
-        entry = self._open[request]
-        entry.calls += 1
-        if entry.answered:
+        job = self._jobs[request]
+        job.calls += 1
+        if job.answered:
             return None
-        planned = entry.job.planned
-        ready = planned.ready() if planned is not None and entry.streaming else entry.streamed
-        lines, entry.streamed = range(entry.streamed, ready), ready
-        return Progress(entry.calls == 1, lines, entry.done)
+        ready = job.planned.ready() if job.planned is not None and job.streaming else job.streamed
+        lines, job.streamed = range(job.streamed, ready), ready
+        return Progress(job.calls == 1, lines, job.done)
 
     def answered(self, request: Hashable, ended: bool) -> None:
         """Its whole answer went out: forget it if that `ended` the request at TorchServe, else keep
         it (answering nothing) until TorchServe stops sending it, so that it is never taken for new."""
-        self.decoding.close(request)
+        self._jobs[request].answered = True
         if ended:
-            self._open.pop(request, None)
-        else:
-            self._open[request].answered = True
+            self.decoding.close(request)
 
     def _news(self) -> bool:
-        return any(entry.has_news() for entry in self._open.values())
+        return any(job.has_news() for job in self._jobs.values())
 
     def _stream_news(self) -> bool:
-        return any(entry.streaming and entry.calls and entry.has_news() for entry in self._open.values())
+        return any(job.streaming and job.calls and job.has_news() for job in self._jobs.values())

@@ -64,13 +64,13 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         yaml = context.model_yaml_config or {}
         config = HandlerConfig.from_mapping(yaml.get("handler"))
         model_dir = Path(context.system_properties["model_dir"])
-        self.translator = load_and_warm_up(model_dir, config)
+        self.calls = calls_for(config, yaml)
+        self.translator = load_and_warm_up(model_dir, config, self.calls.loading_threads)
         if config.glossary_file is not None:
             self.glossary = load_tsv(model_dir / config.glossary_file, config.max_glossary_chars)
         self.identity = self._identity(context, config)
         cache = SentenceCache(config.sentence_cache_entries, config.sentence_cache_bytes)
         model_tag = f"{self.identity['model']}/{self.identity['version']}/{config.variant}"
-        self.calls = calls_for(config, yaml)
         decoding = SentenceDecoding(self.translator, cache, model_tag, self._driver(self.calls))
         self.requests = OpenRequests(decoding)
         info = self.translator.info
@@ -88,7 +88,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
             info.standin,
             info.parameters,
             info.quantized_linear,
-            info.threads,
+            config.threads,
             info.kernels,
             config.sentence_cache_entries,
             len(self.glossary.terms),
@@ -224,7 +224,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         counts = self.requests.decoding.take_counts()
         if counts.any:
             self._count(counts)
-        metrics, state = self.context.metrics, self.requests.decoding.driver.state()
+        metrics, state = self.context.metrics, self.requests.state()
         variant = [Dimension("Variant", str(self.identity["variant"]))]
         if holds_open:
             for name, value in (

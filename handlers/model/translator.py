@@ -72,14 +72,16 @@ class Translator:
         self.decoder = decoder
 
     @classmethod
-    def load(cls, model_dir: Path, config: HandlerConfig) -> Translator:
+    def load(cls, model_dir: Path, config: HandlerConfig, threads: int | None = None) -> Translator:
         """Load from a local directory only (never the network), quantize if the variant says so.
 
-        No warm-up here: that decodes, and decoding is the served loop's
+        `threads`: intra-op threads of this process, config.threads unless given (a worker that
+        forks partitions loads with 1: handlers.scheduling.partition_processes says why). No
+        warm-up here: that decodes, and decoding is the served loop's
         (handlers.scheduling.run.load_and_warm_up does both)."""
         started = time.perf_counter()
         transformers_logging.disable_progress_bar()  # progress bars would flood the worker log
-        configure_threads(config.threads)
+        configure_threads(config.threads if threads is None else threads)
         kernels = native.use(config.cpu_kernels)  # before quantizing: the int8 layers are made for them
         tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
         # Long sentences are cut by handlers.model.long_sentences, never truncated: silence the warning.

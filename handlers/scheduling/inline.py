@@ -9,14 +9,13 @@ policy and with the same ids as in partition processes (handlers.scheduling.part
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable
 
 import torch
 
 from handlers.model.heap_trim import IDLE_TRIM_SECONDS, IdleTrim
-from handlers.model.search import RowLimits
 from handlers.scheduling.partitions import Finished
-from handlers.scheduling.step_scheduler import SchedulerState, StepScheduler
+from handlers.scheduling.step_scheduler import SchedulerState, StepScheduler, Submission
 
 
 class InlineDriver:
@@ -24,16 +23,8 @@ class InlineDriver:
         self.scheduler = scheduler
         self.heap = IdleTrim(IDLE_TRIM_SECONDS)  # give the heap back once the worker idles
 
-    def submit(
-        self,
-        request: Hashable,
-        ids: Sequence[list[int]],
-        limits: Sequence[RowLimits],
-        beams: int,
-        lead: int = 0,
-        keep: int = 1,
-    ) -> None:
-        self.scheduler.submit(request, ids, limits, beams, lead, keep)
+    def submit(self, submission: Submission) -> None:
+        self.scheduler.submit(submission)
 
     def cancel(self, request: Hashable) -> None:
         self.scheduler.cancel(request)

@@ -10,6 +10,12 @@ Forked after the model is loaded, every partition shares the worker's weights pa
 The worker's own StepSchedulers are never stepped: each child steps its copy, and a replacement
 is forked from the same pristine one.
 
+Threads: GNU OpenMP (torch's intra-op pool on Linux) does not survive fork. A child that inherits a
+started pool of more than one thread waits forever in its first parallel region: with `threads: 2`
+a partition never finished a step (found by `make layout`, 2026-11-28). So the worker loads and
+warms up with one thread, whose regions start no pool (handlers.calls.StepCalls.loading_threads),
+and each partition sets its own `threads` once forked.
+
 A partition keeps only its pipe and the standard streams: inherited descriptors are closed so that
 TorchServe's socket to the worker closes when the worker dies, and the kernel kills a partition
 whose worker is gone (PR_SET_PDEATHSIG). A partition that dies (killed, or a step failed: exit 70)
@@ -33,6 +39,7 @@ from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 from typing import NoReturn
 
+from handlers.model.translator import configure_threads
 from handlers.scheduling.partitions import (
     STEP_FAILED_EXIT,
     STOP,
@@ -48,9 +55,12 @@ PR_SET_PDEATHSIG = 1
 
 
 class ProcessPartitions(Partitions):
-    def __init__(self, partitions: Sequence[StepScheduler], restarts: int = 3, window: float = 60.0) -> None:
+    def __init__(
+        self, partitions: Sequence[StepScheduler], threads: int = 1, restarts: int = 3, window: float = 60.0
+    ) -> None:
         super().__init__(len(partitions))
         self._schedulers = list(partitions)
+        self._threads = threads
         self._budgets = [RestartBudget(restarts, window) for _ in partitions]
         self._sending = [threading.Lock() for _ in partitions]
         self._stopping = False
@@ -124,7 +134,7 @@ class ProcessPartitions(Partitions):
             connection, pid = self._fork(index, work)
             self._connections[index].close()
             self._connections[index], self.pids[index] = connection, pid
-        sentences = sum(len(args[1]) for _, args in work)
+        sentences = sum(len(submission.ids) for _, (submission,) in work)
         logger.warning(
             "step partition %d (pid %d) %s; replaced by pid %d, resubmitted %d unfinished sentences "
             "of %d requests",
@@ -156,7 +166,7 @@ class ProcessPartitions(Partitions):
         ours, theirs = Pipe()
         pid = os.fork()
         if pid == 0:
-            _partition_main(theirs, self._schedulers[index], work)
+            _partition_main(theirs, self._schedulers[index], work, self._threads)
         theirs.close()
         return ours, pid
 
@@ -171,13 +181,16 @@ def _reap(pid: int) -> str:
     return f"was killed by signal {-code}" if code < 0 else f"exited with {code}"
 
 
-def _partition_main(connection: Connection, partition: StepScheduler, work: list[Message]) -> NoReturn:
+def _partition_main(
+    connection: Connection, partition: StepScheduler, work: list[Message], threads: int
+) -> NoReturn:
     """A forked partition: step until told to stop or the worker goes away (exit 0), or a step
     fails (exit 70)."""
     code = 0
     try:
         _die_with(os.getppid())
         _close_inherited_descriptors(keep=connection.fileno())
+        configure_threads(threads)
 
         def receive(block: bool) -> list[Message]:
             messages = [connection.recv()] if block else []

@@ -36,8 +36,7 @@ from typing import Any, Protocol
 import torch
 
 from handlers.model.heap_trim import IDLE_TRIM_SECONDS, IdleTrim
-from handlers.model.search import RowLimits
-from handlers.scheduling.step_scheduler import SchedulerState, SentenceKey, StepScheduler
+from handlers.scheduling.step_scheduler import SchedulerState, SentenceKey, StepScheduler, Submission
 
 # Each finished sentence with its hypotheses' generated ids, best first (as many as it asked to keep).
 Finished = list[tuple[SentenceKey, list[list[int]]]]
@@ -114,33 +113,20 @@ class RestartBudget:
 
 @dataclass
 class _Unfinished:
-    """A request's sentences in a partition that it has not reported finished: a replacement's work."""
+    """A request in a partition, and its sentences there not reported finished: a replacement's work."""
 
     partition: int
-    beams: int
-    lead: int
-    keep: int
-    sentences: dict[int, tuple[list[int], RowLimits]]  # by index in the request, in order
+    submission: Submission
+    left: dict[int, None]  # sentence indices in the request, in order
 
-    def resubmission(self, request: Hashable) -> Message:
-        indices = list(self.sentences)
-        ids = [self.sentences[index][0] for index in indices]
-        limits = [self.sentences[index][1] for index in indices]
-        return ("submit", (request, ids, limits, self.beams, self.lead, self.keep, indices))
+    def resubmission(self) -> Message:
+        return ("submit", (self.submission.only(self.left),))
 
 
 class Driver(Protocol):
     """What the handler's decoding asks of the step scheduler(s), wherever they step."""
 
-    def submit(
-        self,
-        request: Hashable,
-        ids: Sequence[list[int]],
-        limits: Sequence[RowLimits],
-        beams: int,
-        lead: int = 0,
-        keep: int = 1,
-    ) -> None: ...
+    def submit(self, submission: Submission) -> None: ...
 
     def cancel(self, request: Hashable) -> None: ...
 
@@ -176,27 +162,18 @@ class Partitions(ABC):
         was replaced since `generation` (the replacement was given its work). Called without
         _changed: a pipe may block until the partition reads, and the partition's reports need it."""
 
-    def submit(
-        self,
-        request: Hashable,
-        ids: Sequence[list[int]],
-        limits: Sequence[RowLimits],
-        beams: int,
-        lead: int = 0,
-        keep: int = 1,
-    ) -> None:
+    def submit(self, submission: Submission) -> None:
         """StepScheduler.submit on the partition with the least work."""
-        if not ids:
+        if not submission.ids:
             return
-        rows, limits = [list(row) for row in ids], list(limits)
         with self._changed:
             index = min(range(self.count), key=self._work)
             self.sent[index] += 1
-            self._queued_work[index] += len(ids) * beams
-            sentences = dict(enumerate(zip(rows, limits, strict=True)))
-            self._unfinished[request] = _Unfinished(index, beams, lead, keep, sentences)
+            self._queued_work[index] += len(submission.ids) * submission.beams
+            left = dict.fromkeys(submission.numbers)
+            self._unfinished[submission.request] = _Unfinished(index, submission, left)
             generation = self._generations[index]
-        self._send(index, generation, ("submit", (request, rows, limits, beams, lead, keep)))
+        self._send(index, generation, ("submit", (submission,)))
 
     def cancel(self, request: Hashable) -> None:
         with self._changed:
@@ -250,8 +227,8 @@ class Partitions(ABC):
             for key, _ in report.finished:
                 unfinished = self._unfinished.get(key.request)
                 if unfinished is not None and unfinished.partition == index:
-                    unfinished.sentences.pop(key.index, None)
-                    if not unfinished.sentences:
+                    unfinished.left.pop(key.index, None)
+                    if not unfinished.left:
                         del self._unfinished[key.request]
             self._changed.notify_all()
 
@@ -265,11 +242,11 @@ class Partitions(ABC):
         """
         with self._changed:
             self._generations[index] += 1
-            held = [(request, u) for request, u in self._unfinished.items() if u.partition == index]
+            held = [u for u in self._unfinished.values() if u.partition == index]
             self.sent[index], self._applied[index] = len(held), 0
-            self._queued_work[index] = sum(len(u.sentences) * u.beams for _, u in held)
+            self._queued_work[index] = sum(len(u.left) * u.submission.beams for u in held)
             self._states[index], self._busy[index] = SchedulerState(0, 0, 0), False
-            return [unfinished.resubmission(request) for request, unfinished in held]
+            return [unfinished.resubmission() for unfinished in held]
 
     def _busy_now(self) -> bool:
         """Work in a partition, on its way there, or finished and not yet collected."""

@@ -22,14 +22,14 @@ from handlers.model.options import GenerationOptions
 from handlers.model.search import RowLimits
 from handlers.model.translator import Translator
 from handlers.scheduling.inline import InlineDriver
-from handlers.scheduling.step_scheduler import StepScheduler
+from handlers.scheduling.step_scheduler import StepScheduler, Submission
 
 
-def load_and_warm_up(model_dir: Path, config: HandlerConfig) -> Translator:
-    """Translator.load, then (config.warmup) one short sentence through the served loop so that the
-    first request finds every code path warm; the translator's load_seconds counts both."""
+def load_and_warm_up(model_dir: Path, config: HandlerConfig, threads: int | None = None) -> Translator:
+    """Translator.load (with `threads`), then (config.warmup) one short sentence through the served
+    loop so that the first request finds every code path warm; load_seconds counts both."""
     started = time.perf_counter()
-    translator = Translator.load(model_dir, config)
+    translator = Translator.load(model_dir, config, threads)
     if config.warmup:
         translate(translator, ["你好。"], GenerationOptions(max_new_tokens=4))
         seconds = round(time.perf_counter() - started, 2)
@@ -65,7 +65,7 @@ def decode_ids(
     for index, (row, limit, row_beams, row_keep) in enumerate(
         zip(ids, limits, beam_counts, keeps, strict=True)
     ):
-        driver.submit(index, [list(row)], [limit], row_beams, keep=row_keep)
+        driver.submit(Submission.of(index, [row], [limit], row_beams, keep=row_keep))
     found: dict[Hashable, list[list[int]]] = {
         key.request: ranked for key, ranked in driver.run(_never, math.inf)
     }

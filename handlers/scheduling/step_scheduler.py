@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict, deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from handlers.model.batching import pad_batch
@@ -48,16 +48,67 @@ class SentenceKey:
     index: int
 
 
+@dataclass(frozen=True)
+class Submission:
+    """A request's sentences for a step scheduler: the one shape every driver takes them in, and
+    what a replaced partition is given again (`only` the sentences it had not finished)."""
+
+    request: Hashable
+    ids: tuple[tuple[int, ...], ...]
+    limits: tuple[RowLimits, ...]
+    beams: int
+    lead: int = 0  # sentences 0..lead-1 finish before the others are admitted (a stream's first line)
+    keep: int = 1  # finished hypotheses answered per sentence, best first (1 + the alternatives asked)
+    # Each sentence's index in its request: 0, 1, ... unless this is what is left of it.
+    indices: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if len(self.limits) != len(self.ids) or (self.indices and len(self.indices) != len(self.ids)):
+            raise ValueError(
+                f"{len(self.ids)} sentences, {len(self.limits)} limits, {len(self.indices)} indices"
+            )
+
+    @classmethod
+    def of(
+        cls,
+        request: Hashable,
+        ids: Iterable[Sequence[int]],
+        limits: Iterable[RowLimits],
+        beams: int,
+        lead: int = 0,
+        keep: int = 1,
+    ) -> Submission:
+        return cls(request, tuple(tuple(row) for row in ids), tuple(limits), beams, lead, keep)
+
+    @property
+    def numbers(self) -> Sequence[int]:
+        return self.indices or range(len(self.ids))
+
+    def only(self, indices: Iterable[int]) -> Submission:
+        """The same request cut to the sentences of these indices, in their order."""
+        at = {number: position for position, number in enumerate(self.numbers)}
+        kept = [at[index] for index in indices]
+        return Submission(
+            self.request,
+            tuple(self.ids[i] for i in kept),
+            tuple(self.limits[i] for i in kept),
+            self.beams,
+            self.lead,
+            self.keep,
+            tuple(self.numbers[i] for i in kept),
+        )
+
+
 @dataclass
 class _Request:
     arrival: int
     beams: int
     document: bool  # more than one sentence
+    lead: int  # sentences 0..lead-1 run ahead of the others
+    lead_left: int  # of those, how many have not finished
+    keep: int  # hypotheses answered per sentence, best first
     waiting: deque[tuple[int, list[int], RowLimits]] = field(default_factory=deque)
     running: int = 0
-    lead: int = 0  # sentences 0..lead-1 run ahead of the others
-    lead_left: int = 0  # of those, how many have not finished
-    keep: int = 1  # hypotheses answered per sentence, best first (1 + the alternatives asked)
 
     @property
     def admissible(self) -> bool:
@@ -97,36 +148,22 @@ class StepScheduler:
         self._lanes: dict[int, list[RunningCohort]] = defaultdict(list)  # beams -> running cohorts
         self._arrivals = 0
 
-    def submit(
-        self,
-        request: Hashable,
-        ids: Sequence[list[int]],
-        limits: Sequence[RowLimits],
-        beams: int,
-        lead: int = 0,
-        keep: int = 1,
-        indices: Sequence[int] | None = None,
-    ) -> None:
-        """Queue a request's sentences (in order); `step` gives each back keyed by SentenceKey.
-
-        `lead`: how many of the first sentences finish before the others are admitted; `keep`: how
-        many finished hypotheses each sentence answers, best first. `indices`: the sentences' own
-        indices in their request when these are what is left of it (a replaced partition's work);
-        0, 1, ... otherwise.
-        """
+    def submit(self, submission: Submission) -> None:
+        """Queue a request's sentences (in order); `step` gives each back keyed by SentenceKey."""
+        request = submission.request
         if request in self._requests:
             raise ValueError(f"request {request!r} is already in the scheduler")
-        if not ids:
+        if not submission.ids:
             return
-        numbers = range(len(ids)) if indices is None else indices
+        numbers, lead = submission.numbers, submission.lead
         self._arrivals += 1
         # A request with a sentence past its first is a document, however few of them are left.
-        document = len(ids) > 1 or max(numbers) > 0
+        document = len(numbers) > 1 or max(numbers) > 0
         if not document:
             self._interactive_until = time.monotonic() + self.interactive_window
         lead_left = sum(1 for index in numbers if index < lead)
-        entry = _Request(self._arrivals, beams, document, lead=lead, lead_left=lead_left, keep=keep)
-        rows = zip(numbers, ids, limits, strict=True)
+        entry = _Request(self._arrivals, submission.beams, document, lead, lead_left, submission.keep)
+        rows = zip(numbers, submission.ids, submission.limits, strict=True)
         entry.waiting.extend((index, list(row), limit) for index, row, limit in rows)
         self._requests[request] = entry
 

@@ -13,8 +13,10 @@ import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, fields
 
+from handlers.jobs import Job
 from handlers.model.translator import Translator
 from handlers.scheduling.partitions import Driver, Finished
+from handlers.scheduling.step_scheduler import Submission
 from handlers.sentence_cache import SentenceCache, cache_key
 from handlers.translation.plan import PlannedRequest
 from handlers.translation.sentence import Chunk
@@ -37,23 +39,20 @@ class Counts:
         return any(getattr(self, f.name) for f in fields(self) if f.name != "first_sentence_ms")
 
 
-@dataclass
-class _Decoding:
-    planned: PlannedRequest
-    opened: float
-    waiting: list[list[Chunk]]  # per submitted chunk (the driver's sentence index), every copy of it
-    first_timed: bool = False
-
-
 class SentenceDecoding:
     def __init__(self, translator: Translator, cache: SentenceCache, model_tag: str, driver: Driver) -> None:
         self.translator, self.cache, self.driver = translator, cache, driver
         self.model_tag = model_tag  # name, version, variant: part of every key
         self.counts = Counts()
-        self._open: dict[Hashable, _Decoding] = {}
+        # Every open request by its key: the one registry of them (handlers.open_requests reads it).
+        self.jobs: dict[Hashable, Job] = {}
 
-    def open(self, owner: Hashable, planned: PlannedRequest) -> None:
-        """Answer the request's chunks from the cache; submit the others (one of each repeat)."""
+    def open(self, owner: Hashable, job: Job) -> None:
+        """Hold the request; answer its chunks from the cache and submit the others (one of each repeat)."""
+        self.jobs[owner] = job
+        planned = job.planned
+        if planned is None:
+            return  # refused, or answered without the model
         options = planned.request.options
         settings = self.translator.decode_settings(options)
         misses: dict[object, list[Chunk]] = {}
@@ -73,21 +72,20 @@ class SentenceDecoding:
             sentences=planned.count,
             glossary_hits=planned.glossary_hits,
         )
-        entry = _Decoding(planned, time.monotonic(), list(misses.values()))
-        self._open[owner] = entry
-        self._time_first_sentence(entry)
-        if not entry.waiting:
+        job.opened, job.waiting = time.monotonic(), list(misses.values())
+        self._time_first_sentence(job)
+        if not job.waiting:
             return
-        ids = [list(copies[0].ids) for copies in entry.waiting]
+        ids = [list(copies[0].ids) for copies in job.waiting]
         limits = [self.translator.row_limits(options, len(row)) for row in ids]
-        lead = self._lead(planned, entry.waiting) if planned.request.stream else 0
+        lead = self._lead(planned, job.waiting) if planned.request.stream else 0
         beams = self.translator.beams_for(options)
-        self.driver.submit(owner, ids, limits, beams, lead, keep=1 + options.alternatives)
+        self.driver.submit(Submission.of(owner, ids, limits, beams, lead, keep=1 + options.alternatives))
 
     def close(self, owner: Hashable) -> None:
         """Forget a request: answered, or its client gone (its waiting sentences are cancelled)."""
-        entry = self._open.pop(owner, None)
-        if entry is not None and not entry.planned.done:
+        job = self.jobs.pop(owner, None)
+        if job is not None and not job.done:
             self.driver.cancel(owner)
 
     def collect(self, news: Callable[[], bool], seconds: float) -> None:
@@ -107,21 +105,21 @@ class SentenceDecoding:
         return counts
 
     def _fill(self, owner: Hashable, index: int, ranked: list[list[int]]) -> None:
-        entry = self._open.get(owner)
-        if entry is None:
-            return  # closed while its sentence ran
+        job = self.jobs.get(owner)
+        if job is None or job.answered:
+            return  # closed (or its answer given) while its sentence ran
         texts = self.translator.ranked_texts(ranked)
-        copies = entry.waiting[index]
+        copies = job.waiting[index]
         self.cache.put(copies[0].key, texts[0])
         for chunk in copies:
             chunk.text, chunk.alternatives = texts[0], tuple(texts[1:])
         self._add(generated_tokens=len(ranked[0]))
-        self._time_first_sentence(entry)
+        self._time_first_sentence(job)
 
-    def _time_first_sentence(self, entry: _Decoding) -> None:
-        if not entry.first_timed and entry.planned.ready() > 0:
-            entry.first_timed = True
-            self.counts.first_sentence_ms.append((time.monotonic() - entry.opened) * 1000)
+    def _time_first_sentence(self, job: Job) -> None:
+        if not job.first_timed and job.planned is not None and job.planned.ready() > 0:
+            job.first_timed = True
+            self.counts.first_sentence_ms.append((time.monotonic() - job.opened) * 1000)
 
     def _add(self, **added: int) -> None:
         for name, value in added.items():

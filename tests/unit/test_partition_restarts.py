@@ -26,7 +26,7 @@ from handlers.model.translator import Translator
 from handlers.scheduling.partition_processes import ProcessPartitions
 from handlers.scheduling.partitions import Message, Partitions, RestartBudget, StepReport
 from handlers.scheduling.run import decode_ids
-from handlers.scheduling.step_scheduler import SchedulerState, SentenceKey, StepScheduler
+from handlers.scheduling.step_scheduler import SchedulerState, SentenceKey, StepScheduler, Submission
 from tests.partitions import kill_partition, wait_replaced
 from tests.unit.test_step_scheduler import requests_of, scheduler
 
@@ -86,7 +86,9 @@ def test_a_killed_partition_is_replaced_and_every_sentence_comes_back_once(
     def submit(number: int) -> None:
         members = members_of[number]
         lead, keep = number % 8 == 3, 1 + number % 3 // 2  # some stream, some ask for an alternative
-        processes.submit(number, [ids[i] for i in members], [limits[i] for i in members], BEAMS, lead, keep)
+        processes.submit(
+            Submission.of(number, [ids[i] for i in members], [limits[i] for i in members], BEAMS, lead, keep)
+        )
 
     half = len(members_of) // 2
     try:
@@ -96,7 +98,7 @@ def test_a_killed_partition_is_replaced_and_every_sentence_comes_back_once(
         while not all(s.running_rows for s in processes._states) and time.monotonic() < deadline:
             collect(stop=True)  # until both partitions report their first step
         running = processes._states[0].running_rows // BEAMS
-        held = sum(len(u.sentences) for u in processes._unfinished.values() if u.partition == 0)
+        held = sum(len(u.left) for u in processes._unfinished.values() if u.partition == 0)
         assert 0 < running < held, f"partition 0 must run sentences and keep more waiting: {running}, {held}"
         with caplog.at_level(logging.WARNING, logger="handlers.scheduling.partition_processes"):
             dead = kill_partition(processes, 0)
@@ -141,16 +143,20 @@ class RecordingPartitions(Partitions):
 def test_a_replacement_is_given_exactly_the_unfinished_sentences_of_uncancelled_requests() -> None:
     limits = [RowLimits(5)] * 4
     partitions = RecordingPartitions(2)
-    partitions.submit("document", [[1], [2], [3], [4]], limits, 4, lead=2, keep=3)  # partition 0
-    partitions.submit("other", [[5]], limits[:1], 1)  # partition 1: less work
-    partitions.submit("single", [[6]], limits[:1], 1)  # partition 1 again
-    partitions.submit("cancelled", [[7], [8]], limits[:2], 1)
+    # partition 0
+    partitions.submit(Submission.of("document", [[1], [2], [3], [4]], limits, 4, lead=2, keep=3))
+    partitions.submit(Submission.of("other", [[5]], limits[:1], 1))  # partition 1: less work
+    partitions.submit(Submission.of("single", [[6]], limits[:1], 1))  # partition 1 again
+    partitions.submit(Submission.of("cancelled", [[7], [8]], limits[:2], 1))
     partitions.report(0, [("document", 0), ("document", 2)])
     partitions.report(1, [("other", 0)])
     partitions.cancel("cancelled")
     assert [index for index, _ in partitions.delivered] == [0, 1, 1, 1, 1], "placed by least work"
-    assert partitions._restarted(0) == [("submit", ("document", [[2], [4]], limits[:2], 4, 2, 3, [1, 3]))]
-    assert partitions._restarted(1) == [("submit", ("single", [[6]], limits[:1], 1, 0, 1, [0]))]
+    document = Submission("document", ((2,), (4,)), tuple(limits[:2]), 4, lead=2, keep=3, indices=(1, 3))
+    assert partitions._restarted(0) == [("submit", (document,))]
+    assert partitions._restarted(1) == [
+        ("submit", (Submission("single", ((6,),), tuple(limits[:1]), 1, indices=(0,)),))
+    ]
     # Messages meant for the replaced partitions are void: their work was handed over above.
     delivered = len(partitions.delivered)
     partitions._send(0, 0, ("cancel", ("document",)))
@@ -186,7 +192,9 @@ def test_a_partition_whose_step_always_fails_ends_the_worker_after_its_restarts(
     processes = ProcessPartitions([failing, scheduler(translator)], restarts=2)
     try:
         with caplog.at_level(logging.WARNING, logger="handlers.scheduling.partition_processes"):
-            processes.submit("poison", ids, [RowLimits(5)], 1)  # to partition 0: the first with least work
+            processes.submit(
+                Submission.of("poison", ids, [RowLimits(5)], 1)
+            )  # to partition 0: the first with least work
             assert given_up.wait(60), "the worker must give up once the restarts are spent"
     finally:
         processes.stop()

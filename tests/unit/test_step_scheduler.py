@@ -9,6 +9,8 @@ other rows are at other positions.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
@@ -23,7 +25,7 @@ from handlers.model.translator import Translator
 from handlers.scheduling.inline import InlineDriver
 from handlers.scheduling.partition_processes import ProcessPartitions
 from handlers.scheduling.partitions import Finished
-from handlers.scheduling.step_scheduler import SentenceKey, StepScheduler
+from handlers.scheduling.step_scheduler import SentenceKey, StepScheduler, Submission
 from tests.alone_decodes import SENTENCES, AloneDecodes
 
 
@@ -102,7 +104,9 @@ def test_a_sentence_decodes_the_same_alone_and_joined_mid_flight(
         for number, members in enumerate(members_of):
             joined_late += steps.state().running_rows > 0
             lead = number % 8 == 3  # every other document streams: its first sentence runs ahead
-            steps.submit(number, [ids[i] for i in members], [limits[i] for i in members], beams, lead)
+            steps.submit(
+                Submission.of(number, [ids[i] for i in members], [limits[i] for i in members], beams, lead)
+            )
             for key, out in steps.run(lambda _: True, seconds=60.0):  # one step per arrival
                 scheduled[members_of[cast(int, key.request)][key.index]] = out[0]
         while processes.busy if processes else inline.scheduler.busy:
@@ -127,10 +131,10 @@ def test_a_new_single_sentence_goes_ahead_of_a_documents_remaining_sentences(
     limits = [RowLimits(12)] * len(ids)
     steps = scheduler(translator, row_budget=8)
     cohorts = record_cohorts(steps, monkeypatch)
-    steps.submit("document", ids[:20], limits[:20], 1)
+    steps.submit(Submission.of("document", ids[:20], limits[:20], 1))
     run(steps, lambda _: True)
     assert steps.state().running_rows == 8 and steps.state().waiting_sentences == 12
-    steps.submit("single", ids[20:21], limits[20:21], 1)
+    steps.submit(Submission.of("single", ids[20:21], limits[20:21], 1))
     finished: list[SentenceKey] = []
     while steps.busy:
         finished += [key for key, _ in run(steps, lambda _: False)]
@@ -146,7 +150,7 @@ def test_the_row_budget_and_cohort_cap_bound_the_running_batch(translator: Trans
     limits = [RowLimits(10)] * len(ids)
     steps = scheduler(translator, row_budget=16, max_cohorts=3)
     for number in range(10):
-        steps.submit(number, ids[4 * number : 4 * number + 4], limits[:4], 4)
+        steps.submit(Submission.of(number, ids[4 * number : 4 * number + 4], limits[:4], 4))
         run(steps, lambda _: True)
         state = steps.state()
         assert state.running_rows <= 16 and state.cohorts <= 3, state
@@ -159,11 +163,11 @@ def test_a_document_never_starves_under_a_stream_of_single_sentences(translator:
     ids = translator.encode([s.source for s in sample_sentences(translator.tokenizer, 60)])
     limits = [RowLimits(6)] * len(ids)
     steps = scheduler(translator, row_budget=12, document_rows_beside_interactive=4)
-    steps.submit("document", ids[:20], limits[:20], 1)
+    steps.submit(Submission.of("document", ids[:20], limits[:20], 1))
     singles, document_done = 0, 0
     for _ in range(60):  # single sentences keep arriving, more than the rows can hold
         for _ in range(3):
-            steps.submit(f"single-{singles}", [ids[20 + singles % 40]], [limits[0]], 1)
+            steps.submit(Submission.of(f"single-{singles}", [ids[20 + singles % 40]], [limits[0]], 1))
             singles += 1
         finished = run(steps, lambda _: True)
         document_done += sum(key.request == "document" for key, _ in finished)
@@ -179,7 +183,7 @@ def test_a_streamed_documents_first_sentence_runs_alone_on_an_idle_scheduler(
     limits = [RowLimits(8)] * len(ids)
     steps = scheduler(translator, row_budget=32)
     cohorts = record_cohorts(steps, monkeypatch)
-    steps.submit("streamed", ids, limits, 4, lead=1)
+    steps.submit(Submission.of("streamed", ids, limits, 4, lead=1))
     run(steps, lambda _: True)
     state = steps.state()  # the other 11 wait for the lead, not for rows: no backlog
     assert (state.running_rows, state.waiting_sentences, state.backlog) == (4, 11, 0), state
@@ -190,12 +194,12 @@ def test_a_streamed_documents_first_sentence_runs_alone_on_an_idle_scheduler(
     assert cohorts[0] == [SentenceKey("streamed", 0)] and finished[0] == SentenceKey("streamed", 0)
     assert [len(cohort) for cohort in cohorts[1:]] == [8, 3]
     assert sorted(key.index for key in finished) == list(range(12))
-    steps.submit("unstreamed", ids, limits, 4)
+    steps.submit(Submission.of("unstreamed", ids, limits, 4))
     run(steps, lambda _: True)
     assert len(cohorts[3]) == 8, "without a lead the first cohort fills the row budget"
     state = steps.state()
     assert (state.waiting_sentences, state.backlog) == (4, 0), "a document's waiting rows are no backlog"
-    steps.submit("single", ids[:1], limits[:1], 4)
+    steps.submit(Submission.of("single", ids[:1], limits[:1], 4))
     assert steps.state().backlog == 1, "a one-sentence request waiting for rows is"
 
 
@@ -208,12 +212,12 @@ def test_documents_hold_few_rows_beside_interactive_work_and_still_progress(
     limits = [RowLimits(6)] * len(ids)
     steps = scheduler(translator, row_budget=16, document_rows_beside_interactive=4)
     cohorts = record_cohorts(steps, monkeypatch)
-    steps.submit("document", ids[:30], limits[:30], 1)
+    steps.submit(Submission.of("document", ids[:30], limits[:30], 1))
     run(steps, lambda _: True)
     assert steps.state().running_rows == 16, "alone, a document takes every free row"
     finished: list[SentenceKey] = []
     for number in range(30):  # a stream of single sentences that never leaves the scheduler idle
-        steps.submit(f"single-{number}", [ids[30 + number]], [limits[0]], 1)
+        steps.submit(Submission.of(f"single-{number}", [ids[30 + number]], [limits[0]], 1))
         finished += [key for key, _ in run(steps, lambda _: True)]
     later = [[key for key in cohort if key.request == "document"] for cohort in cohorts[1:]]
     assert any(later), "a document must keep running beside interactive work"
@@ -234,9 +238,51 @@ def test_documents_stay_within_the_bound_for_a_while_after_interactive_work(
     steps = scheduler(
         translator, row_budget=32, document_rows_beside_interactive=4, interactive_window=window
     )
-    steps.submit("single", ids[:1], limits[:1], 1)
+    steps.submit(Submission.of("single", ids[:1], limits[:1], 1))
     while steps.busy:
         run(steps, lambda _: False)
-    steps.submit("document", ids[1:], limits[1:], 1)
+    steps.submit(Submission.of("document", ids[1:], limits[1:], 1))
     run(steps, lambda _: True)
     assert steps.state().running_rows == document_rows
+
+
+FORKED_WITH_THREADS = """
+import os, sys
+from pathlib import Path
+from handlers.calls import StepCalls
+from handlers.handler_config import HandlerConfig
+from handlers.model.search import RowLimits
+from handlers.scheduling.partition_processes import ProcessPartitions
+from handlers.scheduling.run import load_and_warm_up, scheduler_for
+from handlers.scheduling.step_scheduler import Submission
+
+config = HandlerConfig(variant="int8", threads=2, torchserve_batching="continuous")
+translator = load_and_warm_up(Path(sys.argv[1]), config, StepCalls.loading_threads)
+processes = ProcessPartitions([scheduler_for(translator)], threads=config.threads)
+ids = translator.encode(["那个穿棕色大衣的女人是谁？" * 8])
+processes.submit(Submission.of("long", ids, [RowLimits(48)], 4))
+finished = processes.run(lambda found: bool(found), seconds=30.0)
+print("finished", [key.request for key, _ in finished], flush=True)
+print("threads", len(os.listdir(f"/proc/{processes.pids[0]}/task")), flush=True)
+processes.stop()
+"""
+
+
+def test_a_partition_runs_its_threads_when_forked_from_a_worker_loaded_as_the_handler_loads(
+    tiny_model_dir: Path,
+) -> None:
+    """GNU OpenMP's pool does not survive fork: a partition forked from a worker that had run
+    2-thread work waited forever in its first step. The handler loads a continuous worker with
+    StepCalls.loading_threads and each partition sets its own threads. In a fresh interpreter, as a
+    worker is: this one has run parallel work already."""
+    done = subprocess.run(
+        [sys.executable, "-c", FORKED_WITH_THREADS, str(tiny_model_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    lines = done.stdout.splitlines()
+    assert "finished ['long']" in lines, f"the partition never finished its step: {done.stdout}"
+    # The partition's main thread and the second intra-op thread its steps started.
+    assert int(lines[-1].split()[1]) >= 2, lines

@@ -14,6 +14,7 @@ import pytest
 
 from handlers.errors import OutOfRange, OverLimit, UnsupportedLanguage
 from handlers.handler_config import HandlerConfig
+from handlers.jobs import Job
 from handlers.model.options import GenerationOptions
 from handlers.model.translator import Translator
 from handlers.scheduling.inline import InlineDriver
@@ -55,7 +56,7 @@ def run(decoder: SentenceDecoding, *requests: TranslationRequest) -> list[Planne
     """One static call: open every request, step until all are done, close them."""
     planned = [plan_request(each, decoder.translator) for each in requests]
     for owner, each in enumerate(planned):
-        decoder.open(owner, each)
+        decoder.open(owner, Job(planned=each))
     decoder.collect(lambda: all(each.done for each in planned), float("inf"))
     for owner in range(len(planned)):
         decoder.close(owner)
