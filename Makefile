@@ -171,7 +171,7 @@ bench-quick: archives java $(DEV)
 libretranslate-peer: $(DEV)
 	$(BIN)/python -m bench.libretranslate_peer --prepare
 
-# One fresh TorchServe per point (its own archive from MODEL); about 13 minutes on 2 cores. A finished
+# One fresh TorchServe per point (its own archive from MODEL); about 5 minutes on 2 cores. A finished
 # study kept as a tool (bench/studies/README.md); writes layout.{json,md,png} into its run folder.
 layout: $(DEV) java
 	$(BIN)/python -m bench.studies.layout --model $(MODEL) $(STRICT_FLAG)

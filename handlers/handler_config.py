@@ -100,8 +100,8 @@ class HandlerConfig:
     )
     max_batch_rows: int = setting(
         64,
-        "Rows (sentences x beams) each running batch holds; 64 won `make layout` for static batches "
-        "on a 2-vCPU AMD EPYC (bench/studies/results/layout.md).",
+        "Rows (sentences x beams) each running batch holds; 64 and 128 were level under `make layout` "
+        "on a 2-vCPU AMD EPYC (bench/results/runs/2026-11-28-0940-547dbec).",
         at_least=1,
     )
     torchserve_batching: TorchServeBatching = setting(
