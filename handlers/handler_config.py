@@ -157,7 +157,10 @@ class HandlerConfig:
     new_tokens_ratio: float = setting(2.0, "See max_new_tokens.", above=0.0)
     new_tokens_slack: int = setting(10, "See max_new_tokens.", at_least=0)
     max_texts_per_request: int = setting(
-        16, "Texts in one request; past it a 413 names the limit.", at_least=1
+        128,
+        "Texts in one request; past it a 413 names the limit. Weblate sends 20 at a time (more with "
+        "plural forms); the character, sentence and decode limits bound the cost.",
+        at_least=1,
     )
     max_chars_per_text: int = setting(
         5000,

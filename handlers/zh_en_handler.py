@@ -123,7 +123,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         job = Job()
         try:
             job.protocol, payload = read_body(item)
-            job.answer = job.protocol.answer_at_once(payload)  # LibreTranslate's /detect: no model
+            job.answer = job.protocol.answer_at_once(payload, self.translator.config)  # e.g. /detect
             if job.answer is not None:
                 return job
             request = job.protocol.parse(payload, self.translator.config)

@@ -89,7 +89,7 @@ def _libretranslate(text: str) -> None:
     for route, fmt in (("translate", b"text"), ("translate", b"html"), ("detect", b"text")):
         form = {"libretranslate": route.encode(), "q": q, "source": b"auto", "target": b"en", "format": fmt}
         envelope, payload = read_body(form)
-        if envelope.answer_at_once(payload) is not None:
+        if envelope.answer_at_once(payload, CONFIG) is not None:
             continue
         request = envelope.parse(payload, CONFIG)
         for source in request.texts:

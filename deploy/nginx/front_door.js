@@ -30,6 +30,11 @@ function healthy(r) {
     r.return(200, '{"status": "Healthy"}\n');
 }
 
+// GET /health: the same probe, in LibreTranslate's words (its images and compose files call it).
+function libretranslateHealthy(r) {
+    r.return(200, '{"status": "ok"}\n');
+}
+
 // What a replica reads of a LibreTranslate form (handlers/wire/libretranslate.py); the key and
 // anything else a client sends stay here. ROUTE_FIELD names the route: TorchServe hands the handler
 // the body, not the path (nor the query string), so the route travels in the body.
@@ -308,4 +313,4 @@ function latency(path) {
     return {requests: times.length, p50_ms: rank(0.5), p95_ms: rank(0.95)};
 }
 
-export default { digest, healthy, libretranslate, status };
+export default { digest, healthy, libretranslate, libretranslateHealthy, status };

@@ -49,7 +49,7 @@ class Envelope(ABC):
         """Unwrap, then validate once in the native shape; raise InvalidRequest naming the problem."""
         return parsing.native_request(self.unwrap(payload), config)
 
-    def answer_at_once(self, payload: Any) -> ResponseBody | None:
+    def answer_at_once(self, payload: Any, config: HandlerConfig) -> ResponseBody | None:
         """The answer to a request that needs no model (LibreTranslate's /detect), else None."""
         return None
 

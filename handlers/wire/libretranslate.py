@@ -17,7 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self
 
+from handlers.handler_config import HandlerConfig
 from handlers.text.scripts import read_script
+from handlers.translation.request import TranslationRequest
+from handlers.wire import parsing
 from handlers.wire.envelope import Envelope, ResponseBody
 from handlers.wire.errors import InvalidRequest
 
@@ -46,6 +49,11 @@ LANGUAGES = (
 )
 # LibreTranslate's aliases (libretranslate/language.py): zh for zh-Hans, zt for zh-Hant; any case.
 ALIASES = {"zh": "zh-Hans", "zt": "zh-Hant"}
+# Beyond LibreTranslate (which refuses them): Chinese and English as clients send them, in any case,
+# with - or _, a script and a region (zh-CN, zh_TW, zh-Hans-SG, en-US) or ISO 639-2/3 (zho, chi, cmn,
+# eng). The script decides, else the region: Taiwan, Hong Kong and Macau write traditional.
+CHINESE, ENGLISH = ("zh", "zho", "chi", "cmn"), ("en", "eng")
+TRADITIONAL = frozenset(("hant", "tw", "hk", "mo"))
 AUTO = "auto"
 # LibreTranslate's answer when it recognises nothing (language.py, detect_languages).
 NOTHING_RECOGNISED = {"confidence": 0.0, "language": "en"}
@@ -61,6 +69,9 @@ class LibreTranslate(Envelope):
     # source "auto": each text's detected language (code, confidence 0-100), answered as
     # "detectedLanguage"; None when the client named the source.
     detected: tuple[tuple[str, float], ...] | None = None
+    # Indices of the empty (or blank) texts of a q list: LibreTranslate answers them with "" and
+    # translates the rest, so they skip the model and come back in place.
+    blank: tuple[int, ...] = ()
     name: ClassVar[str] = "libretranslate"
 
     @classmethod
@@ -83,7 +94,11 @@ class LibreTranslate(Envelope):
         detected = None
         if route == "translate" and _lower(payload.get("source")) == AUTO:
             detected = tuple(_detection(text) for text in _texts(payload.get("q")))
-        return cls(route, form, detected)
+        q = payload.get("q")
+        blank = (
+            tuple(i for i, text in enumerate(_texts(q)) if not text.strip()) if isinstance(q, list) else ()
+        )
+        return cls(route, form, detected, blank)
 
     def unwrap(self, payload: Any) -> dict[str, Any]:
         """The native request for a /translate body, checked in LibreTranslate's order and words."""
@@ -107,14 +122,28 @@ class LibreTranslate(Envelope):
                 f"{target.name} ({target.code}) is not available as a target language from "
                 f"{source.name} ({source.code})"
             )
+        if self.blank:
+            q = [text for index, text in enumerate(_texts(q)) if index not in self.blank]
         native: dict[str, Any] = {"text": q, "format": text_format}
         if alternatives:
             native["alternatives"] = alternatives
         return native
 
-    def answer_at_once(self, payload: Any) -> ResponseBody | None:
-        """POST /detect needs no model: the script check answers it."""
-        return detect_answer(payload) if self.route == "detect" else None
+    def parse(self, payload: Any, config: HandlerConfig) -> TranslationRequest:
+        """As every envelope's, with the blank texts counted against max_texts_per_request."""
+        parsing.check_text_count(len(_texts(_fields(payload).get("q"))), config)
+        return super().parse(payload, config)
+
+    def answer_at_once(self, payload: Any, config: HandlerConfig) -> ResponseBody | None:
+        """POST /detect needs no model: the script check answers it; nor does a q list of blank texts."""
+        if self.route == "detect":
+            return detect_answer(payload)
+        count = len(_texts(_fields(payload).get("q")))
+        if not self.blank or len(self.blank) < count:
+            return None
+        parsing.check_text_count(count, config)
+        native = self.unwrap(payload)  # the checks any other request gets, in their order
+        return self.answer({"translations": [], **({"alternatives": []} if "alternatives" in native else {})})
 
     def answer(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """A native success body in LibreTranslate's shape; our other fields (the stand-in notice
@@ -123,11 +152,20 @@ class LibreTranslate(Envelope):
         answer: dict[str, Any] = {"translatedText": body["translations"] if as_list else body["translation"]}
         if "alternatives" in body:
             answer["alternatives"] = body["alternatives"]
+        if self.blank:  # each blank text's "" back where it was sent
+            answer = {
+                key: self._with_blanks(values, "" if key == "translatedText" else [])
+                for key, values in answer.items()
+            }
         if self.detected is not None:
             detected = [_detected_language(reading) for reading in self.detected]
             answer["detectedLanguage"] = detected if as_list else detected[0]
         taken = (*answer, "translation", "translations")
         return {**answer, **{key: value for key, value in body.items() if key not in taken}}
+
+    def _with_blanks(self, values: list[Any], blank: Any) -> list[Any]:
+        translated, blanks = iter(values), set(self.blank)
+        return [blank if index in blanks else next(translated) for index in range(len(values) + len(blanks))]
 
     def error_body(self, error: InvalidRequest) -> dict[str, Any]:
         return {"error": error.message}
@@ -170,10 +208,13 @@ def _language(value: Any) -> Language:
     code = ALIASES.get(_lower(value), _lower(value)).lower()
     if code == AUTO:
         return LANGUAGES[1]  # what we translate from; "detectedLanguage" says what was read
-    found = next((lang for lang in LANGUAGES if lang.code.lower() == code), None)
-    if found is None:
-        raise InvalidRequest(f"{value} is not supported"[:200])
-    return found
+    primary, *subtags = code.replace("_", "-").split("-")
+    if primary in ENGLISH:
+        return LANGUAGES[0]
+    if primary in CHINESE:
+        traditional = "hans" not in subtags and not TRADITIONAL.isdisjoint(subtags)
+        return LANGUAGES[2] if traditional else LANGUAGES[1]
+    raise InvalidRequest(f"{str(value)[:100]} is not supported")  # a long code quoted only in part
 
 
 def _detection(text: str) -> tuple[str, float]:

@@ -170,12 +170,15 @@ def _option(payload: Mapping[str, Any], key: str) -> int | None:
     return value
 
 
-def _validated(request: TranslationRequest, config: HandlerConfig) -> TranslationRequest:
-    if len(request.texts) > config.max_texts_per_request:
+def check_text_count(count: int, config: HandlerConfig) -> None:
+    if count > config.max_texts_per_request:
         raise InvalidRequest(
-            f"too many texts: {len(request.texts)} > max_texts_per_request ({config.max_texts_per_request})",
-            status=413,
+            f"too many texts: {count} > max_texts_per_request ({config.max_texts_per_request})", status=413
         )
+
+
+def _validated(request: TranslationRequest, config: HandlerConfig) -> TranslationRequest:
+    check_text_count(len(request.texts), config)
     for index, text in enumerate(request.texts):
         where = f"text {index}" if request.as_list else "text"
         if not text.strip():

@@ -167,7 +167,7 @@ def test_errors_in_libretranslate_words_and_statuses(door: FrontDoor, key: str) 
         {"error": "Chinese (zh-Hans) is not available as a target language from Chinese (zh-Hans)"},
     )
     assert_error(translate(q="ありがとうございます。", **PAIR), 400, "Japanese")  # a 422 natively
-    assert_error(translate(q=["你好"] * 17, **PAIR), 400, "max_texts_per_request (16)")  # a 413 natively
+    assert_error(translate(q=["你好"] * 129, **PAIR), 400, "max_texts_per_request (128)")  # a 413 natively
     assert_error(translate(q="长" * 5001, **PAIR), 400, "max_chars_per_text (5000)")
     # 15,000 characters: 45 KB as multipart, which the front door keeps (a percent-encoded form would
     # be 135 KB, over the replica's 128 KiB): the handler itself answers.
@@ -216,6 +216,38 @@ def test_keyless_routes_and_cors(door: FrontDoor) -> None:
         assert "Authorization" in preflight.headers["Access-Control-Allow-Headers"]
     assert requests.get(f"{door.url}/translate", timeout=30).status_code == 405
     assert requests.post(f"{door.url}/languages", timeout=30).status_code == 405
+
+
+def test_health_and_suggest_answer_as_libretranslate_does(door: FrontDoor) -> None:
+    health = requests.get(f"{door.url}/health", timeout=30)
+    assert (health.status_code, health.json()) == (200, {"status": "ok"})
+    suggest = requests.post(f"{door.url}/suggest", data={"q": "你好", "s": "Hi", **PAIR}, timeout=30)
+    assert (suggest.status_code, suggest.json()) == (
+        403,
+        {"error": "Suggestions are disabled on this server."},
+    )
+    assert requests.options(f"{door.url}/suggest", timeout=30).status_code == 204
+
+
+def test_weblate_chunks_chinese_codes_and_blank_texts(door: FrontDoor, key: str) -> None:
+    """Weblate sends 20 texts at a time; SubtitleEdit and others send zh-CN or zh_TW; an empty text
+    in a list gets an empty translation and the rest are translated, as LibreTranslate does."""
+    chunk = [f"第{number}句。" for number in range(20)]
+    answer = post(door, "/translate", json={"q": chunk, **PAIR, "api_key": key})
+    assert answer.status_code == 200, answer.text[:300]
+    assert len(answer.json()["translatedText"]) == 20
+    for source in ("zh-CN", "zh_TW", "ZH-Hans", "zho"):
+        coded = post(
+            door, "/translate", json={"q": "你好。", "source": source, "target": "en-US", "api_key": key}
+        )
+        assert coded.status_code == 200 and isinstance(coded.json()["translatedText"], str), (
+            source,
+            coded.text,
+        )
+    blanks = post(door, "/translate", json={"q": ["", "你好。", " "], **PAIR, "api_key": key}).json()
+    assert blanks["translatedText"][0] == blanks["translatedText"][2] == "" and blanks["translatedText"][1]
+    only_blanks = post(door, "/translate", json={"q": ["", ""], **PAIR, "api_key": key})
+    assert (only_blanks.status_code, only_blanks.json()["translatedText"]) == (200, ["", ""])
 
 
 def test_keys_stay_out_of_every_log_and_file(door: FrontDoor, shared_fleet: Fleet, tmp_path: Path) -> None:

@@ -131,7 +131,7 @@ def test_bad_input_gets_4xx_and_the_worker_keeps_serving(server: TorchServe) -> 
         (json.dumps({"text": "こんにちは、元気ですか"}).encode(), "application/json", 422, "Japanese"),
         (json.dumps({"text": "你好", "format": "pdf"}).encode(), "application/json", 400, "format"),
         (b"\xff\xfe\xfd", "text/plain", 400, "UTF-8"),
-        (json.dumps({"text": ["a"] * 17}).encode(), "application/json", 413, "max_texts_per_request"),
+        (json.dumps({"text": ["a"] * 129}).encode(), "application/json", 413, "max_texts_per_request"),
         (json.dumps({"text": "a", "num_beams": 99}).encode(), "application/json", 422, "num_beams"),
         ("汤姆".encode(), "application/x-www-form-urlencoded", 415, "Content-Type"),  # what curl -d sends
     ]

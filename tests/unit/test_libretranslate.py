@@ -132,6 +132,65 @@ def test_answers_in_libretranslate_shape() -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("zh", "zh-Hans"),
+        ("ZH", "zh-Hans"),
+        ("zh-CN", "zh-Hans"),
+        ("zh_cn", "zh-Hans"),
+        ("zh_Hans", "zh-Hans"),
+        ("zh-Hans-TW", "zh-Hans"),  # the script decides before the region
+        ("zh-TW", "zh-Hant"),
+        ("zh_HK", "zh-Hant"),
+        ("zh-Hant", "zh-Hant"),
+        ("zt", "zh-Hant"),
+        ("zho", "zh-Hans"),
+        ("chi", "zh-Hans"),
+        ("cmn-Hant-TW", "zh-Hant"),
+        ("en-US", "en"),
+        ("eng", "en"),
+    ],
+)
+def test_chinese_and_english_codes_are_read_as_clients_send_them(code: str, expected: str) -> None:
+    assert libretranslate._language(code).code == expected
+
+
+@pytest.mark.parametrize("code", ["fr", "zhx", "ja-JP", "-zh", "zh" * 5000 + "-CN"])
+def test_other_codes_are_refused_in_libretranslate_words(code: str) -> None:
+    with pytest.raises(InvalidRequest, match="is not supported"):
+        libretranslate._language(code)
+
+
+def test_blank_texts_in_a_list_come_back_empty_in_place_and_skip_the_model() -> None:
+    payload = lt(q=["你好", "  ", ""], alternatives=1)
+    envelope = LibreTranslate.of(payload)
+    assert envelope.blank == (1, 2) and envelope.answer_at_once(payload, CONFIG) is None
+    assert envelope.parse(payload, CONFIG).texts == ("你好",)
+    answer = envelope.answer({"translations": ["Hello"], "alternatives": [["Hi"]], **IDENTITY})
+    assert answer["translatedText"] == ["Hello", "", ""] and answer["alternatives"] == [["Hi"], [], []]
+    answer = LibreTranslate.of(lt(q=["", "谢谢"])).answer({"translations": ["Thanks"], **IDENTITY})
+    assert answer["translatedText"] == ["", "Thanks"]
+
+
+def test_a_list_of_blank_texts_is_answered_without_the_model_and_still_checked() -> None:
+    payload = lt(q=["", " "], source="auto")
+    envelope = LibreTranslate.of(payload)
+    answer = envelope.answer_at_once(payload, CONFIG)
+    assert isinstance(answer, dict) and answer["translatedText"] == ["", ""]
+    assert len(answer["detectedLanguage"]) == 2
+    with pytest.raises(InvalidRequest, match="fr is not supported"):
+        LibreTranslate.of(lt(q=[""], target="fr")).answer_at_once(lt(q=[""], target="fr"), CONFIG)
+    # Blank texts count against max_texts_per_request (3), with the model or without it.
+    for q in (["", "", "", ""], ["", "", "", "你好"]):
+        with pytest.raises(InvalidRequest, match=r"max_texts_per_request \(3\)"):
+            envelope = LibreTranslate.of(lt(q=q))
+            envelope.answer_at_once(lt(q=q), CONFIG) or envelope.parse(lt(q=q), CONFIG)
+    # An empty q is still refused, as LibreTranslate refuses it.
+    with pytest.raises(InvalidRequest, match="missing q"):
+        LibreTranslate.of(lt(q=[])).parse(lt(q=[]), CONFIG)
+
+
 def test_source_auto_answers_what_the_script_check_read() -> None:
     envelope = detect(lt(q=["你好", "Hello", "你好 world"], source="auto"))
     assert isinstance(envelope, LibreTranslate)
@@ -168,9 +227,9 @@ def test_detect_needs_q() -> None:
     envelope = LibreTranslate("detect", form=True)
     for payload in ({}, {"q": ""}, {"q": [1]}):
         with pytest.raises(InvalidRequest) as caught:
-            envelope.answer_at_once(payload)
+            envelope.answer_at_once(payload, CONFIG)
         assert caught.value.status == 400 and "q" in caught.value.message
-    assert TRANSLATE.answer_at_once(lt()) is None
+    assert TRANSLATE.answer_at_once(lt(), CONFIG) is None
 
 
 def test_the_front_door_serves_the_languages_the_handler_knows() -> None:
@@ -190,7 +249,7 @@ def test_a_batch_answers_libretranslate_beside_the_other_protocols(
         {"body": {"text": "你好。"}},
         form_item(q="你好。", source="zh", target="fr"),
         form_item(q="ありがとうございます。", source="zh", target="en"),  # Japanese: the planner's 422
-        {"body": lt(q=["一"] * 17, libretranslate="translate")},  # over max_texts_per_request
+        {"body": lt(q=["一"] * 129, libretranslate="translate")},  # over max_texts_per_request
         form_item("detect"),
     ]
     context = make_context(tiny_model_dir, "int8", len(batch))

@@ -84,6 +84,9 @@ def test_every_operation_documents_auth_and_json_errors() -> None:
     # LibreTranslate's routes answer in its statuses: 400 for every invalid request, 403 a wrong key.
     for path, method, operation in operations(front_door=True):
         responses = set(operation["responses"])
+        if path in ("/health", "/suggest"):  # answered by the front door alone, from no input
+            assert responses == ({"200", "503"} if path == "/health" else {"403"}), path
+            continue
         assert {"200", "400"} <= responses, (method, path)
         if method == "post":
             assert {"403", "429", "502", "503", "504"} <= responses and "413" not in responses, path
@@ -202,10 +205,10 @@ ANSWERS = [
     ({"instances": ["你好。"], "parameters": {"sentences": True}}, 200, "V1PredictResponse"),
     ({"text": ""}, 400, "InvalidRequest"),
     ({"text": "ありがとうございます。"}, 422, "InvalidRequest"),
-    ({"text": ["你好"] * 17}, 413, "InvalidRequest"),
+    ({"text": ["你好"] * 129}, 413, "InvalidRequest"),
     ({"text": "你好", "num_beams": 99}, 422, "InvalidRequest"),
     (tensor("你好") | {"inputs": []}, 400, "ProtocolError"),
-    ({"instances": ["你好"] * 17}, 413, "ProtocolError"),
+    ({"instances": ["你好"] * 129}, 413, "ProtocolError"),
     # LibreTranslate's, as the front door passes them on (its route in "libretranslate").
     (
         {"q": "你好。", "source": "zh", "target": "en", "libretranslate": "translate"},
