@@ -27,6 +27,7 @@ from handlers.text.documents import TextFormat
 from handlers.text.glossary import NO_GLOSSARY, load_tsv
 from handlers.translation.decoding import SentenceDecoding
 from handlers.translation.plan import PlannedRequest, plan_request, render
+from handlers.translation.policy import DecodePolicy
 from handlers.translation.request import TranslationRequest
 
 
@@ -46,6 +47,7 @@ class UnitTranslator:
         if config.glossary_file is not None:  # the deployment's TSV, shipped in the archive
             self.glossary = load_tsv(self.archive.model_dir / config.glossary_file, config.max_glossary_chars)
         self.identity = self.archive.identity(self.translator.decoder.name)
+        self.policy = DecodePolicy.of(self.translator)
         model_tag = f"{self.identity['model']}/{self.identity['version']}/{config.variant}"
         scheduler = scheduler_for(self.translator)
         cache = SentenceCache(config.sentence_cache_entries, config.sentence_cache_bytes)
@@ -64,7 +66,7 @@ class UnitTranslator:
         # Shortest first: the scheduler admits in submission order, so a step's rows hold similar lengths.
         for unit in sorted(units, key=lambda unit: len(unit.text)):
             try:
-                planned = plan_request(self._request(unit), self.translator, self.glossary)
+                planned = plan_request(self._request(unit), self.translator, self.glossary, self.policy)
             except Refused as refusal:
                 results[(unit.file, unit.index)] = UnitResult(unit.file, unit.index, None, error=str(refusal))
                 continue
@@ -120,4 +122,4 @@ def _together(plans: Sequence[PlannedRequest]) -> PlannedRequest:
     first = plans[0].request
     texts = tuple(text for planned in plans for text in planned.request.texts)
     request = dataclasses.replace(first, texts=texts, as_list=True)
-    return PlannedRequest(request, [text for planned in plans for text in planned.texts])
+    return PlannedRequest(request, [text for planned in plans for text in planned.texts], plans[0].policy)

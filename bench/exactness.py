@@ -37,6 +37,7 @@ from handlers.model.decoding import FastDecoder, GenerateDecoder, RowLimits, mak
 from handlers.model.options import GenerationOptions
 from handlers.model.translator import Translator
 from handlers.scheduling.run import decode_ids
+from handlers.translation.policy import DecodePolicy
 
 BATCHES = (16, 64)
 STANDIN_NOTE = (
@@ -66,7 +67,7 @@ def compare(model_dir: Path, variant: Variant, beams: int, count: int) -> tuple[
     limits = [
         RowLimits(s.reference_tokens, s.reference_tokens)
         if forced
-        else RowLimits(translator.new_token_cap(GenerationOptions(), len(row)))
+        else RowLimits(DecodePolicy.of(translator).new_token_cap(GenerationOptions(), len(row)))
         for s, row in zip(sentences, ids, strict=True)
     ]
     pad = translator.tokenizer.pad_token_id

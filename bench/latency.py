@@ -51,6 +51,7 @@ from bench.common import DEFAULT_MODEL, Sentence, archive_with, is_standin, perc
 from bench.ladder_targets import http_overhead_ms, markdown, peer_ratios, targets
 from bench.process_memory import memory_mb, ready_worker_pids, workers_memory
 from handlers.handler_config import DecoderName, Int8Kernels, Variant
+from handlers.translation.policy import DecodePolicy
 
 Shape = Literal["fixed128", "dynamic", "batch", "http"]
 Engine = Literal["torch", "ctranslate2"]
@@ -243,8 +244,9 @@ def _generate_fixed(translator: Any, ids: list[list[int]], option: Any) -> None:
     import torch
 
     input_ids, attention_mask = pad_to_fixed(ids, FIXED_LENGTH, translator.tokenizer.pad_token_id)
-    kwargs = {"max_new_tokens": translator.new_token_cap(option, len(ids[0]))}
-    if (num_beams := translator.beams_for(option)) is not None:
+    policy = DecodePolicy.of(translator)
+    kwargs = {"max_new_tokens": policy.new_token_cap(option, len(ids[0]))}
+    if (num_beams := policy.beams_for(option)) is not None:
         kwargs["num_beams"] = num_beams
     if option.min_new_tokens is not None:
         kwargs["min_new_tokens"] = option.min_new_tokens

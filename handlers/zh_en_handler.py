@@ -40,6 +40,7 @@ from handlers.sentence_cache import SentenceCache
 from handlers.text.glossary import NO_GLOSSARY, load_tsv
 from handlers.translation.decoding import Counts, SentenceDecoding
 from handlers.translation.plan import plan_request, render
+from handlers.translation.policy import DecodePolicy
 from handlers.wire.envelope import ResponseBody
 from handlers.wire.envelopes import read_body
 from handlers.wire.errors import InvalidRequest, client_error
@@ -59,6 +60,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         self._gauged = 0.0  # when the scheduler gauges were last reported
         self.identity: dict[str, Any] = {}
         self.glossary = NO_GLOSSARY  # the deployment's (glossary_file in the yaml)
+        self.policy: DecodePolicy | None = None  # the deployment's decode rules (set at initialize)
 
     def initialize(self, context: Any) -> None:
         yaml = context.model_yaml_config or {}
@@ -69,6 +71,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         if config.glossary_file is not None:
             self.glossary = load_tsv(model_dir / config.glossary_file, config.max_glossary_chars)
         self.identity = self._identity(context, config)
+        self.policy = DecodePolicy.of(self.translator)
         cache = SentenceCache(config.sentence_cache_entries, config.sentence_cache_bytes)
         model_tag = f"{self.identity['model']}/{self.identity['version']}/{config.variant}"
         decoding = SentenceDecoding(self.translator, cache, model_tag, self._driver(self.calls))
@@ -130,7 +133,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
             if context.get_request_header(index, "explain") == "True":
                 # `:explain` routes reach the handler too; a translation model has nothing to explain.
                 raise InvalidRequest(NO_EXPLANATIONS, status=501)
-            job.planned = plan_request(request, self.translator, self.glossary)
+            job.planned = plan_request(request, self.translator, self.glossary, self.policy)
         except InvalidRequest as error:
             job.refuse(error)
         except Refused as refusal:

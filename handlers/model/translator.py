@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import sys
 import time
 from collections.abc import Sequence
@@ -25,10 +24,9 @@ from transformers.utils import logging as transformers_logging
 from handlers.errors import OverLimit
 from handlers.handler_config import HandlerConfig
 from handlers.model import native
-from handlers.model.decoding import Decoder, RowLimits, make_decoder, release_copied_layers
+from handlers.model.decoding import Decoder, make_decoder, release_copied_layers
 from handlers.model.heap_trim import allocations_outside_the_heap
 from handlers.model.long_sentences import fit
-from handlers.model.options import GenerationOptions
 from handlers.model.quantization import (
     count_quantized_linear,
     drop_weight_file_pages,
@@ -143,38 +141,6 @@ class Translator:
         same: an alternative must read differently."""
         texts: list[str] = self.tokenizer.batch_decode(hypotheses, skip_special_tokens=True)
         return list(dict.fromkeys(texts))
-
-    def beams_for(self, options: GenerationOptions) -> int:
-        """Request, then model-config yaml, then the model's generation_config (beam 4 for opus-mt)."""
-        return options.num_beams or self.config.num_beams or self.model.generation_config.num_beams or 1
-
-    def decode_cost(self, ids: Sequence[Sequence[int]], options: GenerationOptions) -> int:
-        """Beams x new-token cap summed over a request's texts: the work it may ask for."""
-        beams = self.beams_for(options)
-        return sum(beams * self.new_token_cap(options, len(row)) for row in ids)
-
-    def check_cost(self, ids: Sequence[Sequence[int]], options: GenerationOptions) -> None:
-        cost, limit = self.decode_cost(ids, options), self.config.max_decode_tokens_per_request
-        if cost > limit:
-            raise OverLimit(
-                f"request asks for {cost} decode steps (beams x max new tokens, summed over texts) "
-                f"> max_decode_tokens_per_request ({limit}); send fewer texts, beams or max_new_tokens"
-            )
-
-    def row_limits(self, options: GenerationOptions, input_tokens: int) -> RowLimits:
-        """A text's own bounds on new tokens, as every decoder and scheduler applies them."""
-        return RowLimits(self.new_token_cap(options, input_tokens), options.min_new_tokens or 0)
-
-    def decode_settings(self, options: GenerationOptions) -> tuple[object, ...]:
-        """The options after defaults: two requests that decode alike share sentence-cache entries."""
-        return (self.beams_for(options), options.max_new_tokens, options.min_new_tokens)
-
-    def new_token_cap(self, options: GenerationOptions, input_tokens: int) -> int:
-        """The request's max_new_tokens, else the runaway guard: ratio x input + slack, capped."""
-        if options.max_new_tokens is not None:
-            return options.max_new_tokens
-        guard = math.ceil(self.config.new_tokens_ratio * input_tokens) + self.config.new_tokens_slack
-        return min(self.config.max_new_tokens, guard)
 
 
 def _model_source(model_dir: Path) -> str:

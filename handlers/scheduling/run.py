@@ -23,6 +23,7 @@ from handlers.model.search import RowLimits
 from handlers.model.translator import Translator
 from handlers.scheduling.inline import InlineDriver
 from handlers.scheduling.step_scheduler import StepScheduler, Submission
+from handlers.translation.policy import DecodePolicy
 
 
 def load_and_warm_up(model_dir: Path, config: HandlerConfig, threads: int | None = None) -> Translator:
@@ -82,8 +83,9 @@ def translate_ids(
     translator: Translator, ids: Sequence[Sequence[int]], options: Sequence[GenerationOptions]
 ) -> list[list[str]]:
     """Per text: its translation, then up to options.alternatives next-best ones that read differently."""
-    limits = [translator.row_limits(option, len(row)) for option, row in zip(options, ids, strict=True)]
-    beams = [translator.beams_for(option) for option in options]
+    policy = DecodePolicy.of(translator)
+    limits = [policy.row_limits(option, len(row)) for option, row in zip(options, ids, strict=True)]
+    beams = [policy.beams_for(option) for option in options]
     keep = [1 + option.alternatives for option in options]
     return [translator.ranked_texts(ranked) for ranked in decode_ids(translator, ids, limits, beams, keep)]
 

@@ -54,7 +54,7 @@ class SentenceDecoding:
         if planned is None:
             return  # refused, or answered without the model
         options = planned.request.options
-        settings = self.translator.decode_settings(options)
+        settings = planned.decode_settings
         misses: dict[object, list[Chunk]] = {}
         for sentence in planned.sentences:
             for chunk in sentence.chunks:
@@ -77,10 +77,10 @@ class SentenceDecoding:
         if not job.waiting:
             return
         ids = [list(copies[0].ids) for copies in job.waiting]
-        limits = [self.translator.row_limits(options, len(row)) for row in ids]
+        limits = [planned.row_limits(len(row)) for row in ids]
         lead = self._lead(planned, job.waiting) if planned.request.stream else 0
-        beams = self.translator.beams_for(options)
-        self.driver.submit(Submission.of(owner, ids, limits, beams, lead, keep=1 + options.alternatives))
+        keep = 1 + options.alternatives
+        self.driver.submit(Submission.of(owner, ids, limits, planned.beams, lead, keep))
 
     def close(self, owner: Hashable) -> None:
         """Forget a request: answered, or its client gone (its waiting sentences are cancelled)."""

@@ -14,12 +14,14 @@ from functools import cached_property
 
 from handlers.errors import OutOfRange, OverLimit
 from handlers.handler_config import HandlerConfig
+from handlers.model.search import RowLimits
 from handlers.model.translator import Translator
 from handlers.text.budget import text_budget
 from handlers.text.documents import Document, plan_document
 from handlers.text.glossary import NO_GLOSSARY, Glossary
 from handlers.text.scripts import check_language
 from handlers.translation.answers import SentenceAnswer, TextAnswer
+from handlers.translation.policy import DecodePolicy
 from handlers.translation.request import TranslationRequest
 from handlers.translation.sentence import Sentence
 
@@ -36,6 +38,18 @@ class PlannedText:
 class PlannedRequest:
     request: TranslationRequest
     texts: list[PlannedText]
+    policy: DecodePolicy  # the deployment's rules, applied to this request's options below
+
+    @property
+    def beams(self) -> int:
+        return self.policy.beams_for(self.request.options)
+
+    @property
+    def decode_settings(self) -> tuple[object, ...]:
+        return self.policy.decode_settings(self.request.options)
+
+    def row_limits(self, input_tokens: int) -> RowLimits:
+        return self.policy.row_limits(self.request.options, input_tokens)
 
     @cached_property
     def sentences(self) -> list[Sentence]:
@@ -68,12 +82,16 @@ class PlannedRequest:
 
 
 def plan_request(
-    request: TranslationRequest, translator: Translator, glossary: Glossary = NO_GLOSSARY
+    request: TranslationRequest,
+    translator: Translator,
+    glossary: Glossary = NO_GLOSSARY,
+    policy: DecodePolicy | None = None,
 ) -> PlannedRequest:
     """The request's texts as documents and sentences; `glossary` is the deployment's (the request's
-    own entries win over it)."""
+    own entries win over it); `policy` the deployment's decode rules (DecodePolicy.of the translator)."""
     config = translator.config
-    beams = translator.beams_for(request.options)
+    policy = policy or DecodePolicy.of(translator)
+    beams = policy.beams_for(request.options)
     if request.options.alternatives >= beams:
         raise OutOfRange(
             f'"alternatives" must be below the beam count ({beams}): a beam search finishes at most '
@@ -97,8 +115,8 @@ def plan_request(
         PlannedText(document, [Sentence.of(next(encoded)) for _ in document.model_inputs])
         for document in documents
     ]
-    planned = PlannedRequest(request, texts)
-    translator.check_cost([chunk.ids for s in planned.sentences for chunk in s.chunks], request.options)
+    planned = PlannedRequest(request, texts, policy)
+    policy.check_cost([chunk.ids for s in planned.sentences for chunk in s.chunks], request.options)
     return planned
 
 

@@ -101,6 +101,16 @@ def test_libretranslatepy_sees_the_key_errors(door: FrontDoor) -> None:
         assert caught.value.code == status and json.loads(caught.value.read()) == error
 
 
+def test_a_null_or_empty_key_is_no_key(door: FrontDoor) -> None:
+    """Mastodon, Weblate and the PHP client send null or "" when no key is configured."""
+    for sent in (
+        {"json": {"q": "你好", **PAIR, "api_key": None}},
+        {"json": {"q": "你好", **PAIR, "api_key": ""}},
+    ):
+        assert_error(post(door, "/translate", **sent), 400, MISSING_KEY)
+    assert_error(post(door, "/detect", data={"q": "你好", "api_key": ""}), 400, MISSING_KEY)
+
+
 def test_json_form_and_multipart_bodies_translate_alike(door: FrontDoor, key: str) -> None:
     fields = {"q": "是那家。", **PAIR, "api_key": key}
     as_json = post(door, "/translate", json=fields)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from transformers import AutoTokenizer
 
 from bench import ctranslate2_peer, ladder_targets, latency
 from bench.common import Sentence
+from handlers.handler_config import HandlerConfig
 from handlers.model.batching import pad_batch
 from handlers.model.vocabulary import target_token_ids
 from handlers.scheduling import run
@@ -28,6 +30,8 @@ class FakeTranslator:
         self.tokenizer = self
         self.model = self
         self.pad_token_id = 0
+        self.config = HandlerConfig()  # the decode rules DecodePolicy reads
+        self.generation_config = SimpleNamespace(num_beams=4)
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         return [[5] * len(text) for text in texts]
@@ -39,12 +43,6 @@ class FakeTranslator:
     def record(self, translator: Any, ids: Any, options: Any) -> list[list[str]]:
         self.generate_ids.append(ids)
         return [["x"]] * len(ids)
-
-    def new_token_cap(self, option: Any, input_tokens: int) -> int:
-        return int(option.max_new_tokens or 2 * input_tokens)
-
-    def beams_for(self, option: Any) -> int | None:
-        return option.num_beams  # type: ignore[no-any-return]
 
     def batch_decode(self, rows: Any, skip_special_tokens: bool) -> list[str]:
         return ["x"] * len(rows)

@@ -19,6 +19,7 @@ from handlers.model.options import GenerationOptions
 from handlers.model.quantization import count_quantized_linear, drop_weight_file_pages
 from handlers.model.translator import Translator
 from handlers.scheduling.run import translate, translate_ids
+from handlers.translation.policy import DecodePolicy
 from handlers.wire.errors import client_error
 
 SENTENCES = ["汤姆不会同意的", "汤姆和他的朋友们在公园喝醉了", "是那家。"]
@@ -117,7 +118,7 @@ def test_texts_of_several_beam_counts_decode_together_each_as_alone(int8: Transl
 
 def test_runaway_guard_bounds_new_tokens(int8: Translator) -> None:
     config = HandlerConfig(max_new_tokens=100, new_tokens_ratio=1.5, new_tokens_slack=10)
-    guarded = Translator(int8.model, int8.tokenizer, config, int8.info, int8.decoder)
+    guarded = DecodePolicy(config, model_beams=4)
     assert guarded.new_token_cap(GenerationOptions(), 9) == 24  # ceil(1.5 x 9) + 10
     assert guarded.new_token_cap(GenerationOptions(), 60) == 100  # 100 > 1.5 x 60 + 10: capped
     assert guarded.new_token_cap(GenerationOptions(max_new_tokens=7), 500) == 7  # the request's own wins
