@@ -21,13 +21,13 @@ from handlers.errors import Refused
 from handlers.jobs import Job
 from handlers.model.options import GenerationOptions
 from handlers.scheduling.inline import InlineDriver
+from handlers.scheduling.policy import DecodePolicy
 from handlers.scheduling.run import load_and_warm_up, scheduler_for
 from handlers.sentence_cache import SentenceCache
 from handlers.text.documents import TextFormat
 from handlers.text.glossary import NO_GLOSSARY, load_tsv
 from handlers.translation.decoding import SentenceDecoding
 from handlers.translation.plan import PlannedRequest, plan_request, render
-from handlers.translation.policy import DecodePolicy
 from handlers.translation.request import TranslationRequest
 
 

@@ -49,7 +49,7 @@ class BenchCli:
         self.name = name
         self.say = Progress(name)
         self.parser = argparse.ArgumentParser(
-            prog=f"python -m bench.{name}",
+            prog=command_line(name, []),
             description=doc,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
@@ -88,7 +88,7 @@ class BenchCli:
     @property
     def args(self) -> argparse.Namespace:
         if self._args is None:
-            raise RuntimeError(f"bench.{self.name}: parse() the command line first")
+            raise RuntimeError(f"{self.name}: parse() the command line first")
         return self._args
 
     @property

@@ -36,8 +36,8 @@ from handlers.model.batching import pad_batch
 from handlers.model.decoding import FastDecoder, GenerateDecoder, RowLimits, make_decoder
 from handlers.model.options import GenerationOptions
 from handlers.model.translator import Translator
+from handlers.scheduling.policy import DecodePolicy
 from handlers.scheduling.run import decode_ids
-from handlers.translation.policy import DecodePolicy
 
 BATCHES = (16, 64)
 STANDIN_NOTE = (

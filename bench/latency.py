@@ -51,7 +51,7 @@ from bench.common import DEFAULT_MODEL, Sentence, archive_with, is_standin, perc
 from bench.ladder_targets import http_overhead_ms, markdown, peer_ratios, targets
 from bench.process_memory import memory_mb, ready_worker_pids, workers_memory
 from handlers.handler_config import DecoderName, Int8Kernels, Variant
-from handlers.translation.policy import DecodePolicy
+from handlers.scheduling.policy import DecodePolicy
 
 Shape = Literal["fixed128", "dynamic", "batch", "http"]
 Engine = Literal["torch", "ctranslate2"]

@@ -45,8 +45,10 @@ def signature(command: str, at: dt.datetime | None = None) -> Signature:
 
 
 def command_line(name: str, argv: Sequence[str]) -> str:
-    """`python -m bench.<name>` and its arguments, quoted as a shell would need them."""
-    return f"python -m bench.{name} {shlex.join(argv)}".rstrip()
+    """`python -m bench.<name>` (or the module a dotted `tests.` name gives) and its arguments,
+    quoted as a shell would need them."""
+    module = name if name.startswith("tests.") else f"bench.{name}"
+    return f"python -m {module} {shlex.join(argv)}".rstrip()
 
 
 def invoked_command(argv: Sequence[str] | None = None) -> str:

@@ -35,12 +35,12 @@ from handlers.model.standin_marker import STANDIN_NOTICE
 from handlers.model.translator import Translator
 from handlers.open_requests import OpenRequests
 from handlers.scheduling.partitions import Driver
+from handlers.scheduling.policy import DecodePolicy
 from handlers.scheduling.run import load_and_warm_up, scheduler_for
 from handlers.sentence_cache import SentenceCache
 from handlers.text.glossary import NO_GLOSSARY, load_tsv
 from handlers.translation.decoding import Counts, SentenceDecoding
 from handlers.translation.plan import plan_request, render
-from handlers.translation.policy import DecodePolicy
 from handlers.wire.envelope import ResponseBody
 from handlers.wire.envelopes import read_body
 from handlers.wire.errors import InvalidRequest, client_error

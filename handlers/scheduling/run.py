@@ -22,8 +22,8 @@ from handlers.model.options import GenerationOptions
 from handlers.model.search import RowLimits
 from handlers.model.translator import Translator
 from handlers.scheduling.inline import InlineDriver
+from handlers.scheduling.policy import DecodePolicy
 from handlers.scheduling.step_scheduler import StepScheduler, Submission
-from handlers.translation.policy import DecodePolicy
 
 
 def load_and_warm_up(model_dir: Path, config: HandlerConfig, threads: int | None = None) -> Translator:

@@ -16,12 +16,12 @@ from handlers.errors import OutOfRange, OverLimit
 from handlers.handler_config import HandlerConfig
 from handlers.model.search import RowLimits
 from handlers.model.translator import Translator
+from handlers.scheduling.policy import DecodePolicy
 from handlers.text.budget import text_budget
 from handlers.text.documents import Document, plan_document
 from handlers.text.glossary import NO_GLOSSARY, Glossary
 from handlers.text.scripts import check_language
 from handlers.translation.answers import SentenceAnswer, TextAnswer
-from handlers.translation.policy import DecodePolicy
 from handlers.translation.request import TranslationRequest
 from handlers.translation.sentence import Sentence
 

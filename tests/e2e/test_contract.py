@@ -39,6 +39,10 @@ CONFIG = schemathesis.Config.from_dict(
 # runs them through schemathesis there).
 schema = schemathesis.openapi.from_path(SPEC_PATH, config=CONFIG).exclude(tag="libretranslate")
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+# config.properties' max_request_size: TorchServe answers a larger body itself with a bare 413 before
+# any worker reads it (docs/API.md, "Errors"); the front door gives that one our JSON shape. 128 texts
+# of 5,000 characters can exceed it.
+MAX_BODY = 131072
 
 
 def auth(server: TorchServe) -> dict[str, str]:
@@ -47,9 +51,12 @@ def auth(server: TorchServe) -> dict[str, str]:
 
 @schema.parametrize()
 def test_the_server_keeps_the_contract(case: schemathesis.Case[Any], server: TorchServe) -> None:
-    case.call_and_validate(
-        base_url=server.client.endpoints.inference, headers=auth(server), checks=CHECKS, timeout=120
-    )
+    response = case.call(base_url=server.client.endpoints.inference, headers=auth(server), timeout=120)
+    body = response.request.body or b""
+    if len(body.encode() if isinstance(body, str) else body) > MAX_BODY:
+        assert response.status_code == 413, "TorchServe's own answer to a body over max_request_size"
+        return
+    case.validate_response(response, checks=CHECKS)
 
 
 def test_the_server_is_healthy_after_the_run(server: TorchServe) -> None:

@@ -135,7 +135,7 @@ def partitions_of(scheduler: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cli = BenchCli("faults", __doc__, model=DEFAULT_MODEL)
+    cli = BenchCli("tests.soak.faults", __doc__, model=DEFAULT_MODEL)
     cli.parser.add_argument("--swap-seconds", type=float, default=60.0)
     cli.parser.add_argument("--concurrency", type=int, default=4)
     cli.parser.add_argument("--num-beams", type=int, default=1)

@@ -221,7 +221,7 @@ def _failed(part: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cli = BenchCli("fleet_faults", __doc__)
+    cli = BenchCli("tests.soak.fleet_faults", __doc__)
     cli.parser.add_argument("--model-store", type=Path, default=Path("model_store"))
     cli.parser.add_argument("--replicas", type=int, default=2)
     cli.parser.add_argument("--concurrency", type=int, default=4)

@@ -26,8 +26,7 @@ from bench.signature import Signature, UnsignedResult, command_of, git_commit, i
 COMMANDS: dict[str, tuple[str | None, bool, bool]] = {
     "bleu": (None, False, True),  # --model is one of its exclusive sources, without a default
     "exactness": ("synthetic", False, True),
-    "faults": (DEFAULT_MODEL, False, False),
-    "fleet_faults": (None, False, False),
+    "hot_path": ("synthetic", False, True),
     "latency": (DEFAULT_MODEL, False, True),
     "libretranslate_peer": ("synthetic", False, True),  # `make libretranslate-peer`
     "load": (None, False, True),
@@ -201,7 +200,7 @@ for name in sys.argv[1:]:
 
 
 def test_python_dash_m_help_runs() -> None:
-    names = [f"bench.{name}" for name in ("latency", "fleet_faults", "studies.layout")]
+    names = ["bench.latency", "tests.soak.fleet_faults", "bench.studies.layout"]
     done = subprocess.run([sys.executable, "-c", DASH_M, *names], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     # [usage, name, exit code] per module, then what follows the last (nothing).

@@ -18,8 +18,8 @@ from handlers.model.decoding import FastDecoder, Released
 from handlers.model.options import GenerationOptions
 from handlers.model.quantization import count_quantized_linear, drop_weight_file_pages
 from handlers.model.translator import Translator
+from handlers.scheduling.policy import DecodePolicy
 from handlers.scheduling.run import translate, translate_ids
-from handlers.translation.policy import DecodePolicy
 from handlers.wire.errors import client_error
 
 SENTENCES = ["汤姆不会同意的", "汤姆和他的朋友们在公园喝醉了", "是那家。"]
