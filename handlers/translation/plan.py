@@ -9,7 +9,7 @@ done (handlers.translation.decoding fills them). Both run under the request's te
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from handlers.errors import OutOfRange, OverLimit
@@ -92,6 +92,8 @@ def plan_request(
     config = translator.config
     policy = policy or DecodePolicy.of(translator)
     beams = policy.beams_for(request.options)
+    if request.options.alternatives >= beams and request.alternatives_at_most:
+        request = replace(request, options=replace(request.options, alternatives=beams - 1))
     if request.options.alternatives >= beams:
         raise OutOfRange(
             f'"alternatives" must be below the beam count ({beams}): a beam search finishes at most '

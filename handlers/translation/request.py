@@ -18,3 +18,5 @@ class TranslationRequest:
     want_sentences: bool = False
     stream: bool = False
     glossary: tuple[tuple[str, str], ...] = ()  # (source term, target term), as sent
+    # LibreTranslate's "alternatives" is a ceiling: at most beams - 1 come back, never a refusal.
+    alternatives_at_most: bool = False

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal, Self
 
 from handlers.handler_config import HandlerConfig
@@ -130,9 +130,13 @@ class LibreTranslate(Envelope):
         return native
 
     def parse(self, payload: Any, config: HandlerConfig) -> TranslationRequest:
-        """As every envelope's, with the blank texts counted against max_texts_per_request."""
+        """As every envelope's, with the blank texts counted against max_texts_per_request, and
+        `alternatives` a ceiling (LibreTranslate has no limit): beams - 1 at most come back."""
         parsing.check_text_count(len(_texts(_fields(payload).get("q"))), config)
-        return super().parse(payload, config)
+        native = self.unwrap(payload)
+        if "alternatives" in native:
+            native["alternatives"] = min(native["alternatives"], config.max_beams - 1)
+        return replace(parsing.native_request(native, config), alternatives_at_most=True)
 
     def answer_at_once(self, payload: Any, config: HandlerConfig) -> ResponseBody | None:
         """POST /detect needs no model: the script check answers it; nor does a q list of blank texts."""

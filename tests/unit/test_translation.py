@@ -7,6 +7,7 @@ lively stand-in (whose output depends on its input) with the cache on and off.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +164,9 @@ def test_a_text_of_several_sentences_gets_no_alternatives_and_a_warning(translat
 def test_alternatives_must_stay_below_the_beam_count(translator: Translator) -> None:
     with pytest.raises(OutOfRange, match="below the beam count"):
         plan_request(request("是那家。", num_beams=2, alternatives=2), translator)
+    # LibreTranslate's ceiling: beams - 1 come back instead of a refusal.
+    ceiling = dataclasses.replace(request("是那家。", num_beams=2, alternatives=5), alternatives_at_most=True)
+    assert plan_request(ceiling, translator).request.options.alternatives == 1
 
 
 def test_glossary_terms_come_back_once_and_share_the_cached_decode(translator: Translator) -> None:
