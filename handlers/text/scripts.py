@@ -61,6 +61,23 @@ def read_script(text: str) -> ScriptReading:
     return ScriptReading(None, 0.0)
 
 
+def ranked_readings(text: str) -> list[ScriptReading]:
+    """read_script's answer first, then each other of Chinese, Japanese and Korean whose own script
+    (Han, kana, hangul) the text has, by its share of the letters: a ranked list, as detectors give.
+    Empty when the text has none of them."""
+    best = read_script(text)
+    if best.language is None:
+        return []
+    letters = sum(1 for char in text if char.isalpha())
+    own: dict[Literal["zh", "ja", "ko"], re.Pattern[str]] = {"zh": HAN, "ja": KANA, "ko": HANGUL}
+    others = [
+        ScriptReading(language, min(1.0, count / letters))
+        for language, script in own.items()
+        if language != best.language and (count := len(script.findall(text)))
+    ]
+    return [best, *sorted(others, key=lambda reading: -reading.share)]
+
+
 def _foreign_script(text: str) -> tuple[str, int, int] | None:
     """The Japanese or Korean script a text is mostly written in: (its name, its letters, Han letters)."""
     han = len(HAN.findall(text))

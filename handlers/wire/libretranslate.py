@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal, Self
 
 from handlers.handler_config import HandlerConfig
-from handlers.text.scripts import read_script
+from handlers.text.scripts import ranked_readings, read_script
 from handlers.translation.request import TranslationRequest
 from handlers.wire import parsing
 from handlers.wire.envelope import Envelope, ResponseBody
@@ -186,7 +186,8 @@ def _is_libretranslate(payload: Any) -> bool:
 
 
 def detect_answer(payload: Any) -> list[dict[str, Any]]:
-    """POST /detect: what the script check reads in q (one text, or a list read as one), best first.
+    """POST /detect: what the script check reads in q (one text, or a list read as one), ranked best
+    first as LibreTranslate's detector ranks its candidates.
 
     It knows Chinese, Japanese and Korean; anything else is LibreTranslate's "nothing recognised"."""
     q = _fields(payload).get("q")
@@ -195,7 +196,14 @@ def detect_answer(payload: Any) -> list[dict[str, Any]]:
     texts = _texts(q)
     if not texts:
         raise InvalidRequest("Invalid request: q must be a text or a list of texts")
-    return [_detected_language(_detection("\n".join(texts)))]
+    readings = ranked_readings("\n".join(texts))
+    if not readings:
+        return [dict(NOTHING_RECOGNISED)]
+    return [
+        _detected_language((DETECTED_CODES[r.language], round(100 * r.share, 1)))
+        for r in readings
+        if r.language
+    ]
 
 
 def languages_body() -> list[dict[str, Any]]:

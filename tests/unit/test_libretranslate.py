@@ -218,9 +218,19 @@ def test_source_auto_answers_what_the_script_check_read() -> None:
     ],
 )
 def test_detect_answers_the_script_check(q: Any, language: str) -> None:
-    (best,) = libretranslate.detect_answer({"q": q})
+    best, *others = libretranslate.detect_answer({"q": q})
     assert best["language"] == language
     assert (best["confidence"] == 0.0) == (language == "en")
+    # Ranked: the other languages whose own script the text has, each below the check's answer.
+    assert all(0 < other["confidence"] <= best["confidence"] for other in others)
+
+
+def test_detect_ranks_every_language_whose_script_it_reads() -> None:
+    japanese = libretranslate.detect_answer({"q": "私は寿司を食べるのが好きです。"})
+    assert [reading["language"] for reading in japanese] == ["ja", "zh-Hans"]  # kanji are Han too
+    assert [r["language"] for r in libretranslate.detect_answer({"q": "我喜欢吃寿司。"})] == ["zh-Hans"]
+    mixed = libretranslate.detect_answer({"q": "这家店叫すし屋，很好吃。안녕"})
+    assert mixed[0]["language"] == "zh-Hans" and {r["language"] for r in mixed[1:]} == {"ja", "ko"}
 
 
 def test_detect_needs_q() -> None:
