@@ -18,7 +18,6 @@ from pathlib import Path
 from batch.archive_model import ArchiveModel, batch_config, open_archive
 from batch.units import JobOptions, Unit, UnitResult
 from handlers.errors import Refused
-from handlers.jobs import Job
 from handlers.model.options import GenerationOptions
 from handlers.scheduling.inline import InlineDriver
 from handlers.scheduling.policy import DecodePolicy
@@ -26,7 +25,7 @@ from handlers.scheduling.run import load_and_warm_up, scheduler_for
 from handlers.sentence_cache import SentenceCache
 from handlers.text.documents import TextFormat
 from handlers.text.glossary import NO_GLOSSARY, load_tsv
-from handlers.translation.decoding import SentenceDecoding
+from handlers.translation.decoding import Decoded, SentenceDecoding
 from handlers.translation.plan import PlannedRequest, plan_request, render
 from handlers.translation.request import TranslationRequest
 
@@ -51,7 +50,7 @@ class UnitTranslator:
         model_tag = f"{self.identity['model']}/{self.identity['version']}/{config.variant}"
         scheduler = scheduler_for(self.translator)
         cache = SentenceCache(config.sentence_cache_entries, config.sentence_cache_bytes)
-        self.decoding = SentenceDecoding(self.translator, cache, model_tag, InlineDriver(scheduler))
+        self.decoding = SentenceDecoding[Decoded](self.translator, cache, model_tag, InlineDriver(scheduler))
 
     def translate(self, units: Sequence[Unit]) -> list[UnitResult]:
         """Each unit's translation (or its error), in the order given.
@@ -73,7 +72,7 @@ class UnitTranslator:
             groups.setdefault((unit.text_format, unit.forced_tokens), []).append((unit, planned))
         together = {key: _together([planned for _, planned in group]) for key, group in groups.items()}
         for key, planned in together.items():
-            self.decoding.open(key, Job(planned=planned))
+            self.decoding.open(key, Decoded(planned=planned))
         self.decoding.collect(lambda: False, math.inf)
         for key, group in groups.items():
             self.decoding.close(key)

@@ -8,33 +8,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from handlers.translation.plan import PlannedRequest
-from handlers.translation.sentence import Chunk
+from handlers.translation.decoding import Decoded
 from handlers.wire.envelope import Envelope, ResponseBody
 from handlers.wire.errors import Busy, InvalidRequest
 from handlers.wire.native import Native
 
 
 @dataclass
-class Job:
-    """One request: how it came in and its plan (the handler), the sentences it waits for
-    (handlers.translation.decoding) and what the calls have sent of it (handlers.open_requests).
-    Every stage reads and writes this record; one registry holds it (SentenceDecoding.jobs)."""
+class Job(Decoded):
+    """One request: how it came in and its plan (the handler), the sentences it waits for (its
+    Decoded part, handlers.translation.decoding) and what the calls have sent of it
+    (handlers.open_requests). Every stage reads and writes this record; one registry holds it
+    (SentenceDecoding.jobs)."""
 
     # How the request came in (native, v1, v2): its answer, or its error, is wrapped to match.
     # The one place the envelope is kept; it is known as soon as the body is read.
     protocol: Envelope = field(default_factory=Native)
-    planned: PlannedRequest | None = None
     error: InvalidRequest | None = None
     answer: ResponseBody | None = None  # given without the model (LibreTranslate's /detect)
-    # Decoding: per submitted chunk (the driver's sentence index), every copy of it in the request.
-    waiting: list[list[Chunk]] = field(default_factory=list)
-    opened: float = 0.0  # monotonic time its sentences went to the cache and the decoder
-    first_timed: bool = False  # its time to a first done sentence is counted
-    # Answering: the chunks given so far, the sentences streamed, and whether its whole answer went.
+    # Answering: the chunks given so far and the sentences streamed.
     calls: int = 0
     streamed: int = 0
-    answered: bool = False
 
     def refuse(self, error: InvalidRequest) -> None:
         self.planned, self.error = None, error
@@ -42,11 +36,6 @@ class Job:
     @property
     def streaming(self) -> bool:
         return self.planned is not None and self.planned.request.stream
-
-    @property
-    def done(self) -> bool:
-        """Every sentence is decoded, or the request needs none."""
-        return self.planned is None or self.planned.done
 
     def has_news(self) -> bool:
         """Something to send: a first chunk (the status), the whole answer, or a streamed line."""

@@ -42,7 +42,7 @@ class Progress:
 
 
 class OpenRequests:
-    def __init__(self, decoding: SentenceDecoding) -> None:
+    def __init__(self, decoding: SentenceDecoding[Job]) -> None:
         self.decoding = decoding
         self._jobs = decoding.jobs  # the one registry: closing a request is decoding.close
 

@@ -74,7 +74,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         self.policy = DecodePolicy.of(self.translator)
         cache = SentenceCache(config.sentence_cache_entries, config.sentence_cache_bytes)
         model_tag = f"{self.identity['model']}/{self.identity['version']}/{config.variant}"
-        decoding = SentenceDecoding(self.translator, cache, model_tag, self._driver(self.calls))
+        decoding = SentenceDecoding[Job](self.translator, cache, model_tag, self._driver(self.calls))
         self.requests = OpenRequests(decoding)
         info = self.translator.info
         logger.info(

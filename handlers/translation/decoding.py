@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, fields
+from typing import Generic, TypeVar
 
-from handlers.jobs import Job
 from handlers.model.translator import Translator
 from handlers.scheduling.partitions import Driver, Finished
 from handlers.scheduling.step_scheduler import Submission
@@ -39,15 +39,37 @@ class Counts:
         return any(getattr(self, f.name) for f in fields(self) if f.name != "first_sentence_ms")
 
 
-class SentenceDecoding:
+@dataclass
+class Decoded:
+    """A request as decoding sees it. The handler's record (handlers.jobs.Job) extends it with its
+    envelope and what the calls have sent, so that a request has one record and this layer knows
+    no HTTP."""
+
+    planned: PlannedRequest | None = None  # None: refused, or answered without the model
+    # Per submitted chunk (the driver's sentence index), every copy of it in the request.
+    waiting: list[list[Chunk]] = field(default_factory=list)
+    opened: float = 0.0  # monotonic time its sentences went to the cache and the decoder
+    first_timed: bool = False  # its time to a first done sentence is counted
+    answered: bool = False  # its whole answer has gone out: what still finishes is dropped
+
+    @property
+    def done(self) -> bool:
+        """Every sentence is decoded, or the request needs none."""
+        return self.planned is None or self.planned.done
+
+
+Record = TypeVar("Record", bound=Decoded)
+
+
+class SentenceDecoding(Generic[Record]):
     def __init__(self, translator: Translator, cache: SentenceCache, model_tag: str, driver: Driver) -> None:
         self.translator, self.cache, self.driver = translator, cache, driver
         self.model_tag = model_tag  # name, version, variant: part of every key
         self.counts = Counts()
         # Every open request by its key: the one registry of them (handlers.open_requests reads it).
-        self.jobs: dict[Hashable, Job] = {}
+        self.jobs: dict[Hashable, Record] = {}
 
-    def open(self, owner: Hashable, job: Job) -> None:
+    def open(self, owner: Hashable, job: Record) -> None:
         """Hold the request; answer its chunks from the cache and submit the others (one of each repeat)."""
         self.jobs[owner] = job
         planned = job.planned
@@ -116,7 +138,7 @@ class SentenceDecoding:
         self._add(generated_tokens=len(ranked[0]))
         self._time_first_sentence(job)
 
-    def _time_first_sentence(self, job: Job) -> None:
+    def _time_first_sentence(self, job: Decoded) -> None:
         if not job.first_timed and job.planned is not None and job.planned.ready() > 0:
             job.first_timed = True
             self.counts.first_sentence_ms.append((time.monotonic() - job.opened) * 1000)

@@ -3,6 +3,8 @@
 Read from the source with ast, so a new import that breaks the rule fails here rather than in review:
 - text/ knows neither torch nor HTTP: it imports only itself and handlers.errors;
 - model/ and scheduling/ never import the wire edge or the handler's top level;
+- translation/, the domain, imports what is below it (model, scheduling, text, the sentence cache),
+  never the wire edge or the handler's records (handlers.jobs extends translation's Decoded);
 - wire/ never imports the handler's top level (it may read text formats, the script check, model
   options and the domain types it converts to and from, handlers.translation);
 - the wire edge stays at the edge: only the handler's top level (zh_en_handler.py, jobs.py) imports it.
@@ -25,6 +27,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "text": (),
     "model": (),
     "scheduling": ("handlers.model",),
+    "translation": ("handlers.model", "handlers.scheduling", "handlers.text", "handlers.sentence_cache"),
     "wire": (
         "handlers.text.documents",
         "handlers.text.scripts",

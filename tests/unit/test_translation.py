@@ -15,13 +15,12 @@ import pytest
 
 from handlers.errors import OutOfRange, OverLimit, UnsupportedLanguage
 from handlers.handler_config import HandlerConfig
-from handlers.jobs import Job
 from handlers.model.options import GenerationOptions
 from handlers.model.translator import Translator
 from handlers.scheduling.inline import InlineDriver
 from handlers.scheduling.step_scheduler import StepScheduler
 from handlers.sentence_cache import SentenceCache
-from handlers.translation.decoding import SentenceDecoding
+from handlers.translation.decoding import Decoded, SentenceDecoding
 from handlers.translation.plan import PlannedRequest, plan_request, render
 from handlers.translation.request import TranslationRequest
 from handlers.wire.errors import client_error
@@ -46,18 +45,18 @@ def answer(planned: PlannedRequest) -> dict[str, Any]:
     return native_body(render(planned), planned.request.as_list, planned.request.want_sentences, 12)
 
 
-def decoding(translator: Translator, cache: SentenceCache, model_tag: str) -> SentenceDecoding:
+def decoding(translator: Translator, cache: SentenceCache, model_tag: str) -> SentenceDecoding[Decoded]:
     config = translator.config
     pad_id = translator.tokenizer.pad_token_id
     steps = StepScheduler(translator.decoder, pad_id, config.max_batch_rows, config.max_cohorts, 16)
-    return SentenceDecoding(translator, cache, model_tag, InlineDriver(steps))
+    return SentenceDecoding[Decoded](translator, cache, model_tag, InlineDriver(steps))
 
 
-def run(decoder: SentenceDecoding, *requests: TranslationRequest) -> list[PlannedRequest]:
+def run(decoder: SentenceDecoding[Decoded], *requests: TranslationRequest) -> list[PlannedRequest]:
     """One static call: open every request, step until all are done, close them."""
     planned = [plan_request(each, decoder.translator) for each in requests]
     for owner, each in enumerate(planned):
-        decoder.open(owner, Job(planned=each))
+        decoder.open(owner, Decoded(planned=each))
     decoder.collect(lambda: all(each.done for each in planned), float("inf"))
     for owner in range(len(planned)):
         decoder.close(owner)
