@@ -123,7 +123,8 @@ class LibreTranslate(Envelope):
                 f"{source.name} ({source.code})"
             )
         if self.blank:
-            q = [text for index, text in enumerate(_texts(q)) if index not in self.blank]
+            blanks = set(self.blank)
+            q = [text for index, text in enumerate(_texts(q)) if index not in blanks]
         native: dict[str, Any] = {"text": q, "format": text_format}
         if alternatives:
             native["alternatives"] = alternatives

@@ -16,11 +16,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from handlers.errors import TooCostly, Unparsable
+from handlers.handler_config import HandlerConfig
 from handlers.text import markdown, protection, splitting, subtitles, wrapping
 from handlers.text.budget import check, text_budget
 from handlers.text.documents import TextFormat, plan_document
 from handlers.text.glossary import Glossary
 from handlers.text.protection import PROTECTED, PROTECTED_HTML, Masked, restore
+from handlers.wire import libretranslate
+from handlers.wire.errors import InvalidRequest
+from handlers.wire.libretranslate import LibreTranslate
 from tests.adversarial import ENTRIES, LINE_BREAKS, MAX_CHARS, cases
 from tests.examples import examples
 from tests.fuzz_text import campaign, run_entry
@@ -55,6 +59,29 @@ def test_many_full_stops_after_a_long_word_are_quick() -> None:
     text = "你好" + "a" * 3000 + " b." * 600
     for text_format in ("text", "html", "markdown"):
         assert _timed(text, text_format) < 1.0
+
+
+def test_libretranslate_lists_codes_and_detection_at_the_body_limit_are_quick() -> None:
+    """What a 128 KiB body can carry to the LibreTranslate envelope: 43,000 blank texts (refused by
+    count, after a linear pass), language codes of 100,000 separators or subtags, and /detect over
+    every script and every kind of line break."""
+    config = HandlerConfig()
+    blanks = {"q": [""] * 43_000 + ["你好"], "source": "zh", "target": "en"}
+    start = time.perf_counter()
+    for payload in (blanks, {**blanks, "q": [""] * 43_000}):
+        envelope = LibreTranslate.of(payload)
+        with pytest.raises(InvalidRequest, match="max_texts_per_request"):
+            envelope.answer_at_once(payload, config) or envelope.parse(payload, config)
+    for code in ("-" * 100_000, "_" * 100_000, "zh" + "-hant" * 20_000, "z" * 100_000):
+        try:
+            libretranslate._language(code)
+        except InvalidRequest as refused:
+            assert len(refused.message) < 200
+    mixed = "".join(f"你好すし안녕{line_break}" for line_break in LINE_BREAKS) * 2_000
+    # Half the CJK letters are kana: Japanese by the check's rule, then the other two scripts it has.
+    best, *others = [r["language"] for r in libretranslate.detect_answer({"q": mixed})]
+    assert best == "ja" and sorted(others) == ["ko", "zh-Hans"]
+    assert time.perf_counter() - start < 1.0
 
 
 def test_the_three_still_read_as_before() -> None:
