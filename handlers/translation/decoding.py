@@ -98,7 +98,7 @@ class SentenceDecoding(Generic[Record]):
         self._time_first_sentence(job)
         if not job.waiting:
             return
-        ids = [list(copies[0].ids) for copies in job.waiting]
+        ids = [copies[0].ids for copies in job.waiting]  # tuples, as a Submission holds them
         limits = [planned.row_limits(len(row)) for row in ids]
         lead = self._lead(planned, job.waiting) if planned.request.stream else 0
         keep = 1 + options.alternatives
