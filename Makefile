@@ -10,13 +10,14 @@ CONFIG := config/config.properties
 
 STRICT_FLAG := $(if $(filter 1,$(STRICT)),--strict,)
 
-.PHONY: help venv java cc kernels nginx archives serve stop test lint bench bench-quick bench-check layout soak fuzz swap fleet fleet-stop image image-test clean config-doc
+.PHONY: help venv java cc kernels nginx archives serve stop test lint bench bench-quick bench-check layout soak fuzz swap fleet fleet-stop image image-test clean config-doc fresh-machine
 
 help:
 	@echo "make serve   build the archives (MODEL=hub id|dir|synthetic, STRICT=1) and start TorchServe"
 	@echo "make stop    stop TorchServe"
 	@echo "make test    lint, type-check, unit and end-to-end tests: the quick loop (make lint: only the first two)"
 	@echo "make soak    minutes of load, swaps and faults on real servers; make bench-check: the bench harness's smoke runs"
+	@echo "make fresh-machine   the README's make serve in a bare Debian 12 root, as root and as a user (as root; CI runs it)"
 	@echo "make fuzz    the text stages' worst inputs (adversarial + Hypothesis): fuzz.json in the run folder, fails over budget"
 	@echo "make bench   quality, latency ladder, load and scheduler benchmarks, report with plots, in bench/results/runs/<date>-<commit>/"
 	@echo "make libretranslate-peer   LibreTranslate 1.9.6 in its own venv under build/ with the stand-in as an Argos package: make bench's served peer"
@@ -137,8 +138,12 @@ translate: archives $(BATCH)
 
 # The launcher returns once the JVM is forked (--start) or signalled (--stop); a hung one is killed.
 LAUNCHER_TIMEOUT := timeout --kill-after=10
+# TEMP: TorchServe unpacks archives into $TEMP/models (/tmp/models by default), and a /tmp/models that
+# another user's TorchServe made cannot be written (pytorch/serve#1532): each checkout gets its own.
+TS_TEMP := build/torchserve-tmp
 serve: java archives
-	$(LAUNCHER_TIMEOUT) 120 $(BIN)/torchserve --start --ncs --model-store $(STORE) --ts-config $(CONFIG) --models zh_en_int8.mar
+	mkdir -p $(TS_TEMP)
+	TEMP=$(CURDIR)/$(TS_TEMP) $(LAUNCHER_TIMEOUT) 120 $(BIN)/torchserve --start --ncs --model-store $(STORE) --ts-config $(CONFIG) --models zh_en_int8.mar
 	$(BIN)/python -m serving.wait --key-file key_file.json
 
 stop: $(RUNTIME)
@@ -183,6 +188,12 @@ fuzz: $(DEV)
 
 soak: $(DEV) java nginx
 	$(BIN)/python -m pytest -q -m soak --durations=10
+
+# The README's first command in a bare Debian 12 root (debootstrap), as root and as a second user, one
+# translation each (tests/fresh_machine/run.sh; as root, about 5 minutes). FRESH_ARGS=--make-test adds
+# make test inside the root.
+fresh-machine:
+	bash tests/fresh_machine/run.sh $(FRESH_ARGS)
 
 bench-check: $(DEV) java
 	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES) --dist loadgroup --no-loadscope-reorder -m bench_check --durations=10

@@ -6,12 +6,37 @@ python -m serving.wait --key-file key_file.json
 from __future__ import annotations
 
 import argparse
+import re
 import time
 from pathlib import Path
 
 import requests
 
 from serving.client import MODEL_NAME, Endpoints, ServerError, TorchServeClient
+
+# A start writes this banner to ts_log.log first; what follows the last one belongs to this start.
+START_BANNER = "Torchserve version:"
+LOAD_FAILED = re.compile(r"Failed to load model: (\S+)")
+
+
+def load_failure(ts_log: Path) -> str | None:
+    """Why TorchServe's latest start could not load a model named on its command line, or None.
+
+    Without this the wait would poll a model that will never register until its timeout: for
+    example when another user's TorchServe made /tmp/models, where archives are unpacked.
+    """
+    try:
+        lines = ts_log.read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return None
+    starts = [i for i, line in enumerate(lines) if START_BANNER in line]
+    latest = lines[starts[-1] :] if starts else lines
+    for i, line in enumerate(latest):
+        failed = LOAD_FAILED.search(line)
+        if failed:
+            cause = latest[i + 1].strip() if i + 1 < len(latest) else ""
+            return f"{failed.group(1)} failed to load: {cause}"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,18 +47,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inference", default=Endpoints.inference)
     parser.add_argument("--management", default=Endpoints.management)
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--ts-log", type=Path, default=Path("logs/ts_log.log"), help="TorchServe's own log")
     args = parser.parse_args(argv)
     client = TorchServeClient(Endpoints(args.inference, args.management), args.key_file)
     deadline = time.monotonic() + args.timeout
     print(f"waiting for {args.inference}/ping and {MODEL_NAME} workers ...", flush=True)
+    pinged = False
     while True:
         try:
-            if client.ping().status_code == 200:
+            pinged = client.ping().status_code == 200
+            if pinged:
                 version = client.default_version()
                 client.wait_ready(version, workers=1, timeout=max(1.0, deadline - time.monotonic()))
                 break
         except (requests.ConnectionError, ServerError, FileNotFoundError, KeyError, ValueError):
-            pass
+            # Once /ping answers, the start's banner and any failed initial load are in the log.
+            failure = load_failure(args.ts_log) if pinged else None
+            if failure is not None:
+                print(f"TorchServe is up, but {failure}\n(see {args.ts_log} and docs/TROUBLESHOOTING.md)")
+                return 1
         if time.monotonic() > deadline:
             print(
                 f"TorchServe did not become ready in {args.timeout:.0f}s: "
