@@ -140,14 +140,15 @@ translate: archives $(BATCH)
 LAUNCHER_TIMEOUT := timeout --kill-after=10
 # TEMP: TorchServe unpacks archives into $TEMP/models (/tmp/models by default), and a /tmp/models that
 # another user's TorchServe made cannot be written (pytorch/serve#1532): each checkout gets its own.
-TS_TEMP := build/torchserve-tmp
+# The launcher keeps its pid file there too, so make stop passes the same TEMP.
+TS_TEMP := TEMP=$(CURDIR)/build/torchserve-tmp
 serve: java archives
-	mkdir -p $(TS_TEMP)
-	TEMP=$(CURDIR)/$(TS_TEMP) $(LAUNCHER_TIMEOUT) 120 $(BIN)/torchserve --start --ncs --model-store $(STORE) --ts-config $(CONFIG) --models zh_en_int8.mar
+	mkdir -p build/torchserve-tmp
+	$(TS_TEMP) $(LAUNCHER_TIMEOUT) 120 $(BIN)/torchserve --start --ncs --model-store $(STORE) --ts-config $(CONFIG) --models zh_en_int8.mar
 	$(BIN)/python -m serving.wait --key-file key_file.json
 
 stop: $(RUNTIME)
-	$(LAUNCHER_TIMEOUT) 60 $(BIN)/torchserve --stop
+	$(TS_TEMP) $(LAUNCHER_TIMEOUT) 60 $(BIN)/torchserve --stop
 
 lint: $(DEV)
 	$(BIN)/ruff check .

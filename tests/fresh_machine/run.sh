@@ -159,6 +159,17 @@ one_request() {
   python3 -c 'import json, sys; answer = json.loads(sys.argv[1]); assert answer["translation"], answer; print("translation:", repr(answer["translation"]), "stand-in:", answer["standin"])' "$answer"
 }
 
+# make stop returns once TorchServe is signalled; the port closes when it has gone.
+stopped() {
+  local _
+  for _ in $(seq 60); do
+    (exec 3<>/dev/tcp/127.0.0.1/$PORT) 2>/dev/null || return 0
+    sleep 1
+  done
+  echo "127.0.0.1:$PORT still answers 60 s after make stop"
+  return 1
+}
+
 log "bootstrapping Debian $SUITE (minbase) into $root"
 timed bootstrap bootstrap
 share_the_network
@@ -172,6 +183,7 @@ clone_into /root/zh_en
 timed root-make-serve in_root bash -c 'cd /root/zh_en && make serve'
 timed root-one-request one_request /root/zh_en
 timed root-make-stop in_root bash -c 'cd /root/zh_en && make stop'
+timed root-stopped stopped
 
 log "as $USER_NAME, with the README's prerequisites installed first: make serve, one request, make stop"
 timed user-prerequisites in_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${README_PREREQUISITES[@]}"
@@ -181,6 +193,7 @@ in_root chown -R "$USER_NAME:$USER_NAME" /home/$USER_NAME/zh_en
 timed user-make-serve as_user bash -c 'cd ~/zh_en && make serve'
 timed user-one-request one_request /home/$USER_NAME/zh_en
 timed user-make-stop as_user bash -c 'cd ~/zh_en && make stop'
+timed user-stopped stopped
 
 if ((MAKE_TEST == 1)); then
   log "as root: make test (installs nginx and chromium on the way)"
