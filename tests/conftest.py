@@ -27,40 +27,21 @@ if TYPE_CHECKING:
 TINY_MODEL_DIR = REPO_ROOT / "build" / "models" / "standin-tiny"
 # Session fixtures worth making once: the modules that use one run in one pytest-xdist process.
 SHARED_FIXTURES = ("alone_decodes", "shared_fleet")
-# Groups of a minute or more (docs/TESTING.md), handed out first so that neither process is left
-# with one of them while the other has nothing to do; the rest keep their order.
-LONGEST_FIRST = (
-    "tests/e2e/test_bench_quick.py",  # make bench-check: the quick bench's two halves
-    "tests/e2e/test_bench_quick_serving.py",
-    "tests/unit/test_decoding.py",
-    "alone_decodes",
-    "tests/e2e/test_batch_ray.py",
-    "tests/e2e/test_fleet_service.py",
-    "tests/e2e/test_step_scheduling.py",
-    "tests/unit/test_int8_kernels.py",
-    "tests/unit/test_batch.py",
-)
-# Every module with a test marked `timed`. `make test`'s second step collects only these
-# (--timed-modules): collecting the whole suite to pick them out took a third of that step.
-# A timed test anywhere else stops every run's collection (pytest_collection_modifyitems).
-TIMED_MODULES = frozenset(
-    {
-        "tests/unit/test_text_cost.py",
-        "tests/e2e/test_step_scheduling.py",
-        "tests/e2e/test_graceful_stop.py",
-        "tests/e2e/test_front_door_abuse.py",
-        "tests/e2e/test_fleet.py",
-    }
-)
+# `make test`'s second step runs the tests marked `timed` alone and collects only the modules that
+# carry the mark (--timed-modules), found by their text: importing the whole suite to pick them out
+# took a third of that step.
+TIMED_MARK = "pytest.mark.timed"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--timed-modules", action="store_true", help="collect only the modules in TIMED_MODULES")
+    parser.addoption(
+        "--timed-modules", action="store_true", help=f"collect only the modules that use {TIMED_MARK}"
+    )
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    if config.getoption("timed_modules") and collection_path.is_file():
-        return _relative(collection_path) not in TIMED_MODULES
+    if config.getoption("timed_modules") and collection_path.suffix == ".py":
+        return TIMED_MARK not in collection_path.read_text()
     return None
 
 
@@ -72,10 +53,12 @@ def _relative(path: Path) -> str:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under `--dist loadgroup` (`make test` runs two processes): each module is one group, so its
     fixtures are made once; modules that share a costly session fixture (SHARED_FIXTURES) share a
-    group, and the longest groups come first (with --no-loadscope-reorder, in this order)."""
-    stray = {_relative(item.path) for item in items if item.get_closest_marker("timed")} - TIMED_MODULES
-    if stray:
-        raise pytest.UsageError(f"timed tests outside TIMED_MODULES, which make test would skip: {stray}")
+    group, and the longest groups (by their modules' `long` marks) come first (with
+    --no-loadscope-reorder, in this order)."""
+    marked = {item.path for item in items if item.get_closest_marker("timed")}
+    unseen = sorted(_relative(path) for path in marked if TIMED_MARK not in path.read_text())
+    if unseen:  # marked some other way (a mark applied by name, say): --timed-modules would skip them
+        raise pytest.UsageError(f"timed tests whose module does not name {TIMED_MARK}: {unseen}")
     if not config.getoption("loadgroup", default=False):  # what xdist sets in its workers for loadgroup
         return
     groups: dict[Path, str] = {}
@@ -90,8 +73,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     repeated = [node for node, count in Counter(item.nodeid for item in items).items() if count > 1]
     if repeated:
         raise pytest.UsageError(f"items share a node id, so xdist would run one of each: {repeated}")
-    rank = {group: index for index, group in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(groups[item.path], len(rank)))  # stable: the rest keep their order
+    # The longest groups are handed out first, so that neither process is left with one of them
+    # while the other has nothing to do: a group's length is the sum of its modules' `long` marks.
+    module_item: dict[Path, pytest.Item] = {}
+    for item in items:
+        module_item.setdefault(item.path, item)
+    seconds: dict[str, float] = dict.fromkeys(groups.values(), 0.0)
+    for path, group in groups.items():
+        seconds[group] += _long_seconds(module_item[path])
+    items.sort(key=lambda item: -seconds[groups[item.path]])  # stable: the rest keep their order
+
+
+def _long_seconds(item: pytest.Item) -> float:
+    mark = item.get_closest_marker("long")
+    return float(mark.kwargs["seconds"]) if mark is not None else 0.0
 
 
 def _own_node_id(item: pytest.Item) -> str:

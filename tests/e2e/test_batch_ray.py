@@ -24,7 +24,7 @@ from batch.formats import lines
 from serving.torchserve import TorchServe
 from tests.e2e.test_formats import MARKDOWN, SRT, VTT
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.long(seconds=89)]
 
 SOURCES = [block.source for block in read_blocks()]
 HTML = "<html><body><h1>欢迎</h1><p>今天<b>天气</b>很好。我们去公园吧！</p><p>Price: 5 元</p></body></html>\n"

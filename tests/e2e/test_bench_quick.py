@@ -14,7 +14,7 @@ import pytest
 from bench import run_all
 from tests.unit.test_latency import assert_quick_ladder
 
-pytestmark = [pytest.mark.e2e, pytest.mark.bench_check]  # `make bench-check`
+pytestmark = [pytest.mark.e2e, pytest.mark.bench_check, pytest.mark.long(seconds=127)]  # `make bench-check`
 
 
 def test_quick_quality_and_latency_steps_write_results_report_and_plot(

@@ -12,7 +12,7 @@ import pytest
 
 from bench import batch_throughput, run_all
 
-pytestmark = [pytest.mark.e2e, pytest.mark.bench_check]  # `make bench-check`
+pytestmark = [pytest.mark.e2e, pytest.mark.bench_check, pytest.mark.long(seconds=195)]  # `make bench-check`
 
 
 def test_quick_load_mixed_and_batch_steps_write_results_report_and_plots(

@@ -23,7 +23,7 @@ from serving.client import read_key
 from serving.torchserve import TorchServe
 from tests.unit.test_openapi_spec import SPEC, operations, validator
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.long(seconds=41)]
 
 SPEC_PATH = Path(__file__).resolve().parents[2] / "docs" / "openapi.yaml"
 # Bounded: a fixed seed and example budget, no stateful phase (the API has no resources to link),

@@ -18,7 +18,7 @@ from archive.tatoeba import REPO_ROOT
 from serving import fleet as fleet_cli
 from serving.torchserve import TorchServe
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.long(seconds=34)]
 
 SERVE = (
     "torchserve --start --ncs --model-store model_store --ts-config config/config.properties "

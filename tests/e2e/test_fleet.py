@@ -31,7 +31,7 @@ from serving.replica_set import Fleet
 from tests.e2e.conftest_fleet import FLEET_BURST, FLEET_RATE, Stub, front_door
 from tests.waiting import WaitTimeout, wait_until
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.long(seconds=37)]
 pytest_plugins = ["tests.e2e.shared_fleet"]  # shared_fleet: one replica for the session
 
 RATE, BURST = FLEET_RATE, FLEET_BURST

@@ -24,7 +24,7 @@ from serving.replica_set import Fleet
 from tests.e2e.stopping_clients import Clients
 from tests.waiting import wait_until
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.long(seconds=49)]
 
 
 @dataclass

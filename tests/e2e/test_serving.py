@@ -19,7 +19,7 @@ from serving.swap import archive_model_config
 from serving.torchserve import TorchServe
 from tests.waiting import wait_until
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.long(seconds=31)]
 
 
 def test_archives_hold_handler_package_config_and_label(tiny_store: Path) -> None:

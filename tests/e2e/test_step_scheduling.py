@@ -38,6 +38,9 @@ STATIC = {"torchserve_batching": "static", "sentence_cache_entries": 0, "threads
 STATIC_LAYOUT = {"continuousBatching": False, "minWorkers": 2, "maxWorkers": 2, "batchSize": 16}
 
 
+pytestmark = pytest.mark.long(seconds=55)  # seconds: make test starts the longest first
+
+
 @pytest.fixture(scope="module")
 def static_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TorchServe]:
     workdir = tmp_path_factory.mktemp("static")

@@ -33,6 +33,9 @@ from handlers.model.standin_marker import STANDIN_NOTICE
 SOURCES = [block.source for block in read_blocks()]
 
 
+pytestmark = pytest.mark.long(seconds=43)  # seconds: make test starts the longest first
+
+
 @pytest.fixture(scope="module")
 def int8_archive(tiny_store: Path) -> Path:
     return tiny_store / "zh_en_int8.mar"

@@ -18,6 +18,8 @@ import pytest
 from handlers.handler_config import Variant
 from tests.alone_decodes import SENTENCES, AloneDecodes, decode, load
 
+pytestmark = pytest.mark.long(seconds=93)  # seconds: make test starts the longest first
+
 
 @pytest.mark.parametrize("variant", ["fp32", "int8"])
 def test_a_sentence_decodes_the_same_alone_and_in_any_batch(

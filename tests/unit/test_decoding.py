@@ -26,6 +26,9 @@ from handlers.scheduling.run import decode_ids
 SENTENCES = 300
 
 
+pytestmark = pytest.mark.long(seconds=145)  # seconds: make test starts the longest first
+
+
 def limits_for(index: int, row: list[int]) -> RowLimits:
     """Short caps keep the reference fast; every third sentence also has a minimum length."""
     return RowLimits(min(8, len(row) + 2), 2 if index % 3 == 0 else 0)

@@ -28,6 +28,8 @@ from handlers.scheduling.partitions import Finished
 from handlers.scheduling.step_scheduler import SentenceKey, StepScheduler, Submission
 from tests.alone_decodes import SENTENCES, AloneDecodes
 
+pytestmark = pytest.mark.long(seconds=51)  # seconds: make test starts the longest first
+
 
 def scheduler(
     translator: Translator,
