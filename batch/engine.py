@@ -46,9 +46,10 @@ class UnitTranslator:
         if config.glossary_file is not None:  # the deployment's TSV, shipped in the archive
             self.glossary = load_tsv(self.archive.model_dir / config.glossary_file, config.max_glossary_chars)
         self.identity = self.archive.identity(self.translator.decoder.name)
-        self.policy = DecodePolicy.of(self.translator)
+        self.config = config
+        self.policy = DecodePolicy.of(config, self.translator)
         model_tag = f"{self.identity['model']}/{self.identity['version']}/{config.variant}"
-        scheduler = scheduler_for(self.translator)
+        scheduler = scheduler_for(self.translator, config)
         cache = SentenceCache(config.sentence_cache_entries, config.sentence_cache_bytes)
         self.decoding = SentenceDecoding[Decoded](self.translator, cache, model_tag, InlineDriver(scheduler))
 
@@ -65,7 +66,7 @@ class UnitTranslator:
         # Shortest first: the scheduler admits in submission order, so a step's rows hold similar lengths.
         for unit in sorted(units, key=lambda unit: len(unit.text)):
             try:
-                planned = plan_request(self._request(unit), self.translator, self.glossary, self.policy)
+                planned = plan_request(self._request(unit), self.translator, self.policy, self.glossary)
             except Refused as refusal:
                 results[(unit.file, unit.index)] = UnitResult(unit.file, unit.index, None, error=str(refusal))
                 continue
@@ -83,7 +84,7 @@ class UnitTranslator:
         return [results[(unit.file, unit.index)] for unit in units]
 
     def _render(self, together: PlannedRequest, group: list[tuple[Unit, PlannedRequest]]) -> list[UnitResult]:
-        budget = self.translator.config.text_budget_ms / 1000
+        budget = self.config.text_budget_ms / 1000
         try:
             answers = render(together, budget * len(group))
         except Refused:  # one text past the text budget: render each alone to fail that one only

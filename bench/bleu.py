@@ -73,12 +73,13 @@ def in_process(blocks: Sequence[Block], model_dir: Path, variant: str, num_beams
     from handlers.model.translator import Translator
     from handlers.scheduling.run import translate
 
-    translator = Translator.load(model_dir, HandlerConfig(variant=variant))  # type: ignore[arg-type]
+    config = HandlerConfig(variant=variant)  # type: ignore[arg-type]
+    translator = Translator.load(model_dir, config.model)
     options = GenerationOptions(num_beams=num_beams)
     chunks = _chunks([b.source for b in blocks])
     texts: list[str] = []
     for done, chunk in enumerate(chunks, start=1):
-        texts += translate(translator, chunk, options)
+        texts += translate(translator, chunk, options, config)
         _say_batches(done, len(chunks))
     return Hypotheses(texts, translator.info.source, None, variant, translator.info.standin)
 

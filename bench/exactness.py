@@ -52,7 +52,9 @@ def compare(model_dir: Path, variant: Variant, beams: int, count: int) -> tuple[
     """The run's figures, and the fast decoder's ids for each sentence alone."""
     # One load: generate() is the reference, and a fast decoder is built over the same model
     # (make_decoder leaves it whole; only a server's load releases the layers the decoder copied).
-    translator = Translator.load(model_dir, HandlerConfig(variant=variant, decoder="generate", warmup=False))
+    translator = Translator.load(
+        model_dir, HandlerConfig(variant=variant, decoder="generate", warmup=False).model
+    )
     fast = make_decoder("fast", translator.model, translator.tokenizer)
     assert isinstance(fast, FastDecoder)
     bias = translator.model.final_logits_bias
@@ -67,7 +69,9 @@ def compare(model_dir: Path, variant: Variant, beams: int, count: int) -> tuple[
     limits = [
         RowLimits(s.reference_tokens, s.reference_tokens)
         if forced
-        else RowLimits(DecodePolicy.of(translator).new_token_cap(GenerationOptions(), len(row)))
+        else RowLimits(
+            DecodePolicy.of(HandlerConfig(), translator).new_token_cap(GenerationOptions(), len(row))
+        )
         for s, row in zip(sentences, ids, strict=True)
     ]
     pad = translator.tokenizer.pad_token_id
@@ -135,7 +139,7 @@ def peer_invariance(model_dir: Path, beams: int, count: int, length: int) -> lis
     def theirs(batch: Sequence[str]) -> list[list[str]]:
         return peer.translate_tokens(batch, beams, lengths)
 
-    translator = Translator.load(model_dir, HandlerConfig(variant="int8", warmup=False))
+    translator = Translator.load(model_dir, HandlerConfig(variant="int8", warmup=False).model)
 
     def ours(batch: Sequence[str]) -> Rows:
         ranked = decode_ids(

@@ -37,7 +37,7 @@ BATCH = 16
 def measure(model_dir: Path, count: int, repeats: int, say: Callable[[str], None]) -> dict[str, Any]:
     torch.set_num_threads(1)
     standin = is_standin(model_dir)
-    translator = Translator.load(model_dir, HandlerConfig(variant="int8", threads=1, warmup=False))
+    translator = Translator.load(model_dir, HandlerConfig(variant="int8", threads=1, warmup=False).model)
     peer = ctranslate2_peer.PeerTranslator(model_dir, ctranslate2_peer.convert(model_dir), use_vmap=True)
     kernels = native.current()
     sentences = sample_sentences(translator.tokenizer, count)

@@ -50,7 +50,7 @@ from bench.cli import BenchCli, Progress
 from bench.common import DEFAULT_MODEL, Sentence, archive_with, is_standin, percentiles
 from bench.ladder_targets import http_overhead_ms, markdown, peer_ratios, targets
 from bench.process_memory import memory_mb, ready_worker_pids, workers_memory
-from handlers.handler_config import DecoderName, Int8Kernels, Variant
+from handlers.handler_config import DecoderName, HandlerConfig, Int8Kernels, Variant
 from handlers.scheduling.policy import DecodePolicy
 
 Shape = Literal["fixed128", "dynamic", "batch", "http"]
@@ -207,13 +207,12 @@ def _load_engine(
         if rung.vmap:
             label["vocabulary_map"] = "target side (every target.spm piece)"
         return (lambda group: _run_peer_group(peer, group, beams, standin)), label
-    from handlers.handler_config import HandlerConfig
     from handlers.model.translator import Translator
 
     config = HandlerConfig(
         variant=rung.variant, threads=1, warmup=False, decoder=rung.decoder, int8_kernels=rung.int8_kernels
     )
-    translator = Translator.load(model_dir, config)
+    translator = Translator.load(model_dir, config.model)
     label = {"engine": "torch", "decoder": rung.decoder}
     if rung.decoder == "fast":
         label["target_vocabulary"] = str(translator.decoder.output.size)  # type: ignore[attr-defined]
@@ -244,7 +243,7 @@ def _generate_fixed(translator: Any, ids: list[list[int]], option: Any) -> None:
     import torch
 
     input_ids, attention_mask = pad_to_fixed(ids, FIXED_LENGTH, translator.tokenizer.pad_token_id)
-    policy = DecodePolicy.of(translator)
+    policy = DecodePolicy.of(HandlerConfig(), translator)  # the shipped rules, as the ladder's config
     kwargs = {"max_new_tokens": policy.new_token_cap(option, len(ids[0]))}
     if (num_beams := policy.beams_for(option)) is not None:
         kwargs["num_beams"] = num_beams

@@ -25,7 +25,7 @@ def profile_unit(
     model_dir: Path, variant: Variant, decoder: DecoderName, beams: int, batch: int, top: int
 ) -> str:
     config = HandlerConfig(variant=variant, decoder=decoder, threads=1)
-    translator = Translator.load(model_dir, config)
+    translator = Translator.load(model_dir, config.model)
     sentences = sample_sentences(translator.tokenizer, batch)
     options = options_for(sentences, beams, is_standin(model_dir))  # stand-in: each its reference length
     ids = translator.encode([s.source for s in sentences])

@@ -15,26 +15,31 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args, get_origin
 
-Variant = Literal["fp32", "int8"]
-# "fast": our own greedy/beam loops over the target-side output layer (handlers.model.decoding);
-# "generate": transformers' generate(), kept to compare against.
-DecoderName = Literal["fast", "generate"]
-DECODER_NAMES: tuple[DecoderName, ...] = get_args(DecoderName)  # the registry: choices, yaml, benches
+from handlers.model.model_config import (
+    DECODER_NAMES,
+    MODEL_MAX_TOKENS,
+    CpuKernels,
+    DecoderName,
+    Int8Kernels,
+    ModelConfig,
+    Variant,
+)
+
+__all__ = [  # the model's types are named here too: the yaml's keys are typed with them
+    "DECODER_NAMES",
+    "MODEL_MAX_TOKENS",
+    "ConfigError",
+    "CpuKernels",
+    "DecoderName",
+    "HandlerConfig",
+    "Int8Kernels",
+    "TorchServeBatching",
+    "Variant",
+]
+
 # How TorchServe calls the worker: with each batch (static) or again and again with the requests it
 # holds open (continuous: TorchServe's continuousBatching). Either way one step scheduler decodes.
 TorchServeBatching = Literal["static", "continuous"]
-# The int8 matmul kernels (handlers.model.quantization.int8_kernels). fbgemm (the default) gives the
-# outputs every earlier figure and test was made with; oneDNN uses AMX int8 tiles where the CPU has
-# them (auto: oneDNN there, fbgemm elsewhere) and is faster, but rounds some outputs differently in
-# the last bit (batch invariance holds on each): docs/BENCHMARKS.md measures both.
-Int8Kernels = Literal["fbgemm", "onednn", "auto"]
-# Our C kernels' instruction-set path (handlers.model.native): auto (the best one a host of ours has
-# proven, of those the CPU offers), torch (none: torch's operators), or one path by name (for tests
-# and benchmarks; a path this CPU lacks fails the load). Every path gives the same bits.
-CpuKernels = Literal["auto", "torch", "generic", "avx2", "avx_vnni", "avx512_vnni", "amx"]
-
-# The model's positional limit: opus-mt-zh-en has max_position_embeddings 512.
-MODEL_MAX_TOKENS = 512
 
 
 class ConfigError(ValueError):
@@ -233,6 +238,18 @@ class HandlerConfig:
     @property
     def quantize(self) -> bool:
         return self.variant == "int8"
+
+    @property
+    def model(self) -> ModelConfig:
+        """What the model layer loads and steps with; it knows nothing else of this config."""
+        return ModelConfig(
+            variant=self.variant,
+            int8_kernels=self.int8_kernels,
+            cpu_kernels=self.cpu_kernels,
+            decoder=self.decoder,
+            threads=self.threads,
+            max_input_tokens=self.max_input_tokens,
+        )
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any] | None) -> HandlerConfig:

@@ -60,18 +60,19 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         self._gauged = 0.0  # when the scheduler gauges were last reported
         self.identity: dict[str, Any] = {}
         self.glossary = NO_GLOSSARY  # the deployment's (glossary_file in the yaml)
+        self.config = HandlerConfig()  # the yaml's handler section (set at initialize)
         self.policy: DecodePolicy | None = None  # the deployment's decode rules (set at initialize)
 
     def initialize(self, context: Any) -> None:
         yaml = context.model_yaml_config or {}
-        config = HandlerConfig.from_mapping(yaml.get("handler"))
+        config = self.config = HandlerConfig.from_mapping(yaml.get("handler"))
         model_dir = Path(context.system_properties["model_dir"])
         self.calls = calls_for(config, yaml)
         self.translator = load_and_warm_up(model_dir, config, self.calls.loading_threads)
         if config.glossary_file is not None:
             self.glossary = load_tsv(model_dir / config.glossary_file, config.max_glossary_chars)
         self.identity = self._identity(context, config)
-        self.policy = DecodePolicy.of(self.translator)
+        self.policy = DecodePolicy.of(config, self.translator)
         cache = SentenceCache(config.sentence_cache_entries, config.sentence_cache_bytes)
         model_tag = f"{self.identity['model']}/{self.identity['version']}/{config.variant}"
         decoding = SentenceDecoding[Job](self.translator, cache, model_tag, self._driver(self.calls))
@@ -126,14 +127,15 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
         job = Job()
         try:
             job.protocol, payload = read_body(item)
-            job.answer = job.protocol.answer_at_once(payload, self.translator.config)  # e.g. /detect
+            job.answer = job.protocol.answer_at_once(payload, self.config)  # e.g. /detect
             if job.answer is not None:
                 return job
-            request = job.protocol.parse(payload, self.translator.config)
+            request = job.protocol.parse(payload, self.config)
             if context.get_request_header(index, "explain") == "True":
                 # `:explain` routes reach the handler too; a translation model has nothing to explain.
                 raise InvalidRequest(NO_EXPLANATIONS, status=501)
-            job.planned = plan_request(request, self.translator, self.glossary, self.policy)
+            assert self.policy is not None
+            job.planned = plan_request(request, self.translator, self.policy, self.glossary)
         except InvalidRequest as error:
             job.refuse(error)
         except Refused as refusal:
@@ -191,14 +193,12 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
             return job.protocol.error_body(job.error)
         request = job.planned.request
         try:
-            answers = render(job.planned, self.translator.config.text_budget_ms / 1000)
+            answers = render(job.planned, self.config.text_budget_ms / 1000)
         except Refused as refusal:
             # Under continuous batching a status may have gone out with a first chunk: the body says it.
             job.refuse(client_error(refusal))
             return self._body(job)
-        body = native_body(
-            answers, request.as_list, request.want_sentences, self.translator.config.max_input_tokens
-        )
+        body = native_body(answers, request.as_list, request.want_sentences, self.config.max_input_tokens)
         return job.protocol.answer({**body, **self.identity})
 
     @staticmethod
@@ -211,7 +211,7 @@ class TranslationHandler(BaseHandler):  # type: ignore[misc]  # ts ships no type
     def _driver(self, calls: Calls) -> Driver:
         """The step scheduler(s): in this thread for static calls, in partition processes for step."""
         assert self.translator is not None
-        return calls.driver([scheduler_for(self.translator) for _ in range(calls.partitions())])
+        return calls.driver([scheduler_for(self.translator, self.config) for _ in range(calls.partitions())])
 
     def _report(self) -> None:
         """Custom metrics (config/metrics.yaml declares them): counters, what waits and what runs,

@@ -39,7 +39,7 @@ class Reference:
 
 
 def load(model_dir: Path, variant: Variant) -> Translator:
-    return Translator.load(model_dir, HandlerConfig(variant=variant, warmup=False))
+    return Translator.load(model_dir, HandlerConfig(variant=variant, warmup=False).model)
 
 
 class AloneDecodes:

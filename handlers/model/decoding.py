@@ -22,10 +22,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from handlers.handler_config import DecoderName
 from handlers.model.batching import padded_width
 from handlers.model.cross_attention import CrossMemory, WidthGroup, additive_mask
 from handlers.model.layer_step import LayerStep
+from handlers.model.model_config import DecoderName
 from handlers.model.projections import Projections
 from handlers.model.row_int8 import RowInt8Linear
 from handlers.model.search import (

@@ -22,11 +22,11 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from transformers.utils import logging as transformers_logging
 
 from handlers.errors import OverLimit
-from handlers.handler_config import HandlerConfig
 from handlers.model import native
 from handlers.model.decoding import Decoder, make_decoder, release_copied_layers
 from handlers.model.heap_trim import allocations_outside_the_heap
 from handlers.model.long_sentences import fit
+from handlers.model.model_config import ModelConfig
 from handlers.model.quantization import (
     count_quantized_linear,
     drop_weight_file_pages,
@@ -61,7 +61,7 @@ def configure_threads(threads: int) -> None:
 
 class Translator:
     def __init__(
-        self, model: Any, tokenizer: Any, config: HandlerConfig, info: ModelInfo, decoder: Decoder
+        self, model: Any, tokenizer: Any, config: ModelConfig, info: ModelInfo, decoder: Decoder
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -70,7 +70,7 @@ class Translator:
         self.decoder = decoder
 
     @classmethod
-    def load(cls, model_dir: Path, config: HandlerConfig, threads: int | None = None) -> Translator:
+    def load(cls, model_dir: Path, config: ModelConfig, threads: int | None = None) -> Translator:
         """Load from a local directory only (never the network), quantize if the variant says so.
 
         `threads`: intra-op threads of this process, config.threads unless given (a worker that

@@ -24,8 +24,9 @@ class DecodePolicy:
     model_beams: int  # the model's own generation_config.num_beams (4 for opus-mt-zh-en)
 
     @classmethod
-    def of(cls, translator: Translator) -> DecodePolicy:
-        return cls(translator.config, translator.model.generation_config.num_beams or 1)
+    def of(cls, config: HandlerConfig, translator: Translator) -> DecodePolicy:
+        """The deployment's rules over the loaded model's own beam count."""
+        return cls(config, translator.model.generation_config.num_beams or 1)
 
     def beams_for(self, options: GenerationOptions) -> int:
         """Request, then model-config yaml, then the model's generation_config."""

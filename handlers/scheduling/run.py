@@ -25,22 +25,25 @@ from handlers.scheduling.inline import InlineDriver
 from handlers.scheduling.policy import DecodePolicy
 from handlers.scheduling.step_scheduler import StepScheduler, Submission
 
+# The shipped rules (HandlerConfig's defaults are config/zh_en_*.yaml's): the scheduler's rows and
+# the decode policy for callers that bring no deployment config of their own (benchmarks, tests).
+SHIPPED = HandlerConfig()
+
 
 def load_and_warm_up(model_dir: Path, config: HandlerConfig, threads: int | None = None) -> Translator:
     """Translator.load (with `threads`), then (config.warmup) one short sentence through the served
     loop so that the first request finds every code path warm; load_seconds counts both."""
     started = time.perf_counter()
-    translator = Translator.load(model_dir, config, threads)
+    translator = Translator.load(model_dir, config.model, threads)
     if config.warmup:
-        translate(translator, ["你好。"], GenerationOptions(max_new_tokens=4))
+        translate(translator, ["你好。"], GenerationOptions(max_new_tokens=4), config)
         seconds = round(time.perf_counter() - started, 2)
         translator.info = dataclasses.replace(translator.info, load_seconds=seconds)
     return translator
 
 
-def scheduler_for(translator: Translator) -> StepScheduler:
-    """One running batch over the translator's decoder, with its config's row budget and fairness."""
-    config = translator.config
+def scheduler_for(translator: Translator, config: HandlerConfig) -> StepScheduler:
+    """One running batch over the translator's decoder, with the config's row budget and fairness."""
     return StepScheduler(
         translator.decoder,
         translator.tokenizer.pad_token_id,
@@ -57,12 +60,13 @@ def decode_ids(
     limits: Sequence[RowLimits],
     beams: int | Sequence[int],
     keep: int | Sequence[int] = 1,
+    config: HandlerConfig = SHIPPED,
 ) -> list[list[list[int]]]:
     """Each sentence's finished hypotheses (generated ids, eos kept), best first, up to its `keep`."""
     count = len(ids)
     beam_counts = [beams] * count if isinstance(beams, int) else list(beams)
     keeps = [keep] * count if isinstance(keep, int) else list(keep)
-    driver = InlineDriver(scheduler_for(translator))
+    driver = InlineDriver(scheduler_for(translator, config))
     for index, (row, limit, row_beams, row_keep) in enumerate(
         zip(ids, limits, beam_counts, keeps, strict=True)
     ):
@@ -80,18 +84,23 @@ def _never(finished: object) -> bool:
 
 
 def translate_ids(
-    translator: Translator, ids: Sequence[Sequence[int]], options: Sequence[GenerationOptions]
+    translator: Translator,
+    ids: Sequence[Sequence[int]],
+    options: Sequence[GenerationOptions],
+    config: HandlerConfig = SHIPPED,
 ) -> list[list[str]]:
     """Per text: its translation, then up to options.alternatives next-best ones that read differently."""
-    policy = DecodePolicy.of(translator)
+    policy = DecodePolicy.of(config, translator)
     limits = [policy.row_limits(option, len(row)) for option, row in zip(options, ids, strict=True)]
     beams = [policy.beams_for(option) for option in options]
     keep = [1 + option.alternatives for option in options]
-    return [translator.ranked_texts(ranked) for ranked in decode_ids(translator, ids, limits, beams, keep)]
+    decoded = decode_ids(translator, ids, limits, beams, keep, config)
+    return [translator.ranked_texts(ranked) for ranked in decoded]
 
 
-def translate(translator: Translator, texts: Sequence[str], options: GenerationOptions) -> list[str]:
+def translate(
+    translator: Translator, texts: Sequence[str], options: GenerationOptions, config: HandlerConfig = SHIPPED
+) -> list[str]:
     """Each text's translation, every text with the same options (a text over the token limit raises)."""
-    return [
-        ranked[0] for ranked in translate_ids(translator, translator.encode(texts), [options] * len(texts))
-    ]
+    ids = translator.encode(texts)
+    return [ranked[0] for ranked in translate_ids(translator, ids, [options] * len(texts), config)]

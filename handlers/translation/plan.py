@@ -84,13 +84,12 @@ class PlannedRequest:
 def plan_request(
     request: TranslationRequest,
     translator: Translator,
+    policy: DecodePolicy,
     glossary: Glossary = NO_GLOSSARY,
-    policy: DecodePolicy | None = None,
 ) -> PlannedRequest:
     """The request's texts as documents and sentences; `glossary` is the deployment's (the request's
     own entries win over it); `policy` the deployment's decode rules (DecodePolicy.of the translator)."""
-    config = translator.config
-    policy = policy or DecodePolicy.of(translator)
+    config = policy.config
     beams = policy.beams_for(request.options)
     if request.options.alternatives >= beams and request.alternatives_at_most:
         request = replace(request, options=replace(request.options, alternatives=beams - 1))

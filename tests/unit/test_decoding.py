@@ -78,7 +78,7 @@ def make_pair(model_dir: Path, variant: str) -> Pair:
     # One load: the reference runs generate() on the model, and a fast decoder is built over it
     # (make_decoder leaves the model whole; only a server's load releases what it copied).
     config = HandlerConfig(variant=variant, decoder="generate", warmup=False)  # type: ignore[arg-type]
-    translator = Translator.load(model_dir, config)
+    translator = Translator.load(model_dir, config.model)
     model = translator.model
     fast = make_decoder("fast", model, translator.tokenizer)
     assert isinstance(fast, FastDecoder)

@@ -29,7 +29,9 @@ def decode_with(model_dir: Path, kernels: Int8Kernels) -> dict[str, Any]:
     from handlers.model.translator import Translator
     from handlers.scheduling.run import decode_ids
 
-    translator = Translator.load(model_dir, HandlerConfig(variant="int8", int8_kernels=kernels, warmup=False))
+    translator = Translator.load(
+        model_dir, HandlerConfig(variant="int8", int8_kernels=kernels, warmup=False).model
+    )
     sentences = sample_sentences(translator.tokenizer, SENTENCES)
     ids = translator.encode([s.source for s in sentences])
     limits = [RowLimits(min(40, 2 * len(row) + 10)) for row in ids]

@@ -145,7 +145,9 @@ def _decode(model_dir: Path, kernels: CpuKernels) -> dict[int, list[list[int]]]:
     from handlers.model.translator import Translator
     from handlers.scheduling.run import decode_ids
 
-    translator = Translator.load(model_dir, HandlerConfig(variant="int8", cpu_kernels=kernels, warmup=False))
+    translator = Translator.load(
+        model_dir, HandlerConfig(variant="int8", cpu_kernels=kernels, warmup=False).model
+    )
     assert translator.info.kernels == kernels
     ids = translator.encode([s.source for s in sample_sentences(translator.tokenizer, 24)])
     limits = [RowLimits(min(40, 2 * len(row) + 10)) for row in ids]

@@ -36,7 +36,7 @@ BEAMS = 2
 
 @pytest.fixture(scope="module")
 def translator(lively_model_dir: Path) -> Translator:
-    return Translator.load(lively_model_dir, HandlerConfig(variant="int8", warmup=False))
+    return Translator.load(lively_model_dir, HandlerConfig(variant="int8", warmup=False).model)
 
 
 def decoded_alone(

@@ -82,7 +82,7 @@ def requests_of(count: int) -> list[list[int]]:
 @pytest.fixture(scope="module", params=["fp32", "int8"])
 def translator(request: pytest.FixtureRequest, lively_model_dir: Path) -> Translator:
     variant: Variant = request.param
-    return Translator.load(lively_model_dir, HandlerConfig(variant=variant, warmup=False))
+    return Translator.load(lively_model_dir, HandlerConfig(variant=variant, warmup=False).model)
 
 
 @pytest.mark.parametrize(("beams", "partitions"), [(1, 1), (4, 1), (4, 2)])
@@ -260,7 +260,7 @@ from handlers.scheduling.step_scheduler import Submission
 
 config = HandlerConfig(variant="int8", threads=2, torchserve_batching="continuous")
 translator = load_and_warm_up(Path(sys.argv[1]), config, StepCalls.loading_threads)
-processes = ProcessPartitions([scheduler_for(translator)], threads=config.threads)
+processes = ProcessPartitions([scheduler_for(translator, config)], threads=config.threads)
 ids = translator.encode(["那个穿棕色大衣的女人是谁？" * 8])
 processes.submit(Submission.of("long", ids, [RowLimits(48)], 4))
 finished = processes.run(lambda found: bool(found), seconds=30.0)

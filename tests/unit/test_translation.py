@@ -18,6 +18,7 @@ from handlers.handler_config import HandlerConfig
 from handlers.model.options import GenerationOptions
 from handlers.model.translator import Translator
 from handlers.scheduling.inline import InlineDriver
+from handlers.scheduling.policy import DecodePolicy
 from handlers.scheduling.step_scheduler import StepScheduler
 from handlers.sentence_cache import SentenceCache
 from handlers.translation.decoding import Decoded, SentenceDecoding
@@ -31,9 +32,18 @@ ARTICLE = (
 )
 
 
+CONFIG = HandlerConfig(variant="int8", warmup=False, max_input_tokens=12)
+
+
 @pytest.fixture(scope="module")
 def translator(lively_model_dir: Path) -> Translator:
-    return Translator.load(lively_model_dir, HandlerConfig(variant="int8", warmup=False, max_input_tokens=12))
+    return Translator.load(lively_model_dir, CONFIG.model)
+
+
+def plan(
+    request: TranslationRequest, translator: Translator, config: HandlerConfig = CONFIG
+) -> PlannedRequest:
+    return plan_request(request, translator, DecodePolicy.of(config, translator))
 
 
 def request(*texts: str, **options: int) -> TranslationRequest:
@@ -46,15 +56,14 @@ def answer(planned: PlannedRequest) -> dict[str, Any]:
 
 
 def decoding(translator: Translator, cache: SentenceCache, model_tag: str) -> SentenceDecoding[Decoded]:
-    config = translator.config
     pad_id = translator.tokenizer.pad_token_id
-    steps = StepScheduler(translator.decoder, pad_id, config.max_batch_rows, config.max_cohorts, 16)
+    steps = StepScheduler(translator.decoder, pad_id, CONFIG.max_batch_rows, CONFIG.max_cohorts, 16)
     return SentenceDecoding[Decoded](translator, cache, model_tag, InlineDriver(steps))
 
 
 def run(decoder: SentenceDecoding[Decoded], *requests: TranslationRequest) -> list[PlannedRequest]:
     """One static call: open every request, step until all are done, close them."""
-    planned = [plan_request(each, decoder.translator) for each in requests]
+    planned = [plan(each, decoder.translator) for each in requests]
     for owner, each in enumerate(planned):
         decoder.open(owner, Decoded(planned=each))
     decoder.collect(lambda: all(each.done for each in planned), float("inf"))
@@ -121,20 +130,14 @@ def test_answer_reports_pairs_untranslated_texts_and_stats(translator: Translato
 
 
 def test_limits_are_checked_when_planning(translator: Translator) -> None:
-    small = Translator(
-        translator.model,
-        translator.tokenizer,
-        HandlerConfig(max_sentences_per_request=3),
-        translator.info,
-        translator.decoder,
-    )
+    small = dataclasses.replace(CONFIG, max_sentences_per_request=3)
     with pytest.raises(OverLimit) as raised:
-        plan_request(request("一。二。三。四。"), small)
+        plan(request("一。二。三。四。"), translator, small)
     assert (
         client_error(raised.value).status == 413 and "max_sentences_per_request (3)" in raised.value.message
     )
     with pytest.raises(UnsupportedLanguage) as refused:
-        plan_request(request("ありがとうございます"), translator)
+        plan(request("ありがとうございます"), translator)
     assert client_error(refused.value).status == 422 and refused.value.message.startswith(
         "text 0 looks like Japanese"
     )
@@ -162,10 +165,10 @@ def test_a_text_of_several_sentences_gets_no_alternatives_and_a_warning(translat
 
 def test_alternatives_must_stay_below_the_beam_count(translator: Translator) -> None:
     with pytest.raises(OutOfRange, match="below the beam count"):
-        plan_request(request("是那家。", num_beams=2, alternatives=2), translator)
+        plan(request("是那家。", num_beams=2, alternatives=2), translator)
     # LibreTranslate's ceiling: beams - 1 come back instead of a refusal.
     ceiling = dataclasses.replace(request("是那家。", num_beams=2, alternatives=5), alternatives_at_most=True)
-    assert plan_request(ceiling, translator).request.options.alternatives == 1
+    assert plan(ceiling, translator).request.options.alternatives == 1
 
 
 def test_glossary_terms_come_back_once_and_share_the_cached_decode(translator: Translator) -> None:

@@ -27,12 +27,12 @@ SENTENCES = ["汤姆不会同意的", "汤姆和他的朋友们在公园喝醉�
 
 @pytest.fixture(scope="module")
 def fp32(tiny_model_dir: Path) -> Translator:
-    return Translator.load(tiny_model_dir, HandlerConfig(variant="fp32", warmup=False))
+    return Translator.load(tiny_model_dir, HandlerConfig(variant="fp32", warmup=False).model)
 
 
 @pytest.fixture(scope="module")
 def int8(tiny_model_dir: Path) -> Translator:
-    return Translator.load(tiny_model_dir, HandlerConfig(variant="int8"))
+    return Translator.load(tiny_model_dir, HandlerConfig(variant="int8").model)
 
 
 def test_pad_batch_pads_to_the_longest_members_multiple_of_8() -> None:
@@ -125,7 +125,7 @@ def test_runaway_guard_bounds_new_tokens(int8: Translator) -> None:
 
 
 def test_text_over_the_token_limit_is_rejected_not_truncated(tiny_model_dir: Path) -> None:
-    translator = Translator.load(tiny_model_dir, HandlerConfig(max_input_tokens=8, warmup=False))
+    translator = Translator.load(tiny_model_dir, HandlerConfig(max_input_tokens=8, warmup=False).model)
     with pytest.raises(OverLimit) as caught:
         translator.encode(["汤姆和他的朋友们在公园喝醉了，然后回家睡觉了。"])
     assert client_error(caught.value).status == 413 and "max_input_tokens (8)" in caught.value.message
@@ -167,6 +167,6 @@ def test_weight_file_pages_are_dropped_unless_written_through_a_private_map(tmp_
 def test_int8_load_leaves_no_page_of_the_weight_file_resident(tiny_model_dir: Path, tmp_path: Path) -> None:
     # A copy of its own: an fp32 model loaded in this process keeps its map of the original file.
     model_dir = Path(shutil.copytree(tiny_model_dir, tmp_path / "model"))
-    translator = Translator.load(model_dir, HandlerConfig(variant="int8", warmup=False))
+    translator = Translator.load(model_dir, HandlerConfig(variant="int8", warmup=False).model)
     assert translator.info.quantized_linear > 0
     assert resident_kb_of_files_in(model_dir) == 0
