@@ -1,6 +1,6 @@
 """The batch job answers as the server does, byte for byte: a few hundred sentences in every format,
 through `python -m batch` on a real local Ray (its default), against a real TorchServe serving the
-same int8 archive.
+same int8 archive; and the fp32 archive against the same server's fp32 version.
 
 Per-row int8 keeps a sentence's ids independent of what it is decoded beside, so the batch job's
 shards, length order and actors cannot change a byte. One Ray start for the module (the job's own).
@@ -106,3 +106,26 @@ def test_beams_glossary_and_alternatives_as_the_api_takes_them(
     ]
     assert all("Tom" in row["translation"] for row in written)
     assert any(row["translation_alternatives"] for row in written)
+
+
+def test_the_fp32_archive_answers_as_the_fp32_version_served(
+    server: TorchServe, tiny_store: Path, tmp_path: Path
+) -> None:
+    """fp32 too, byte for byte: the job with the fp32 archive (in process), against the session's
+    server with its fp32 version registered for this test and removed after it."""
+    corpus, out = tmp_path / "in", tmp_path / "out"
+    corpus.mkdir()
+    texts = SOURCES[250:330]
+    (corpus / "lines.txt").write_text("\n".join(texts) + "\n")
+    job = run_batch(corpus, out, tiny_store / "zh_en_fp32.mar", "--engine", "local")
+    assert job.returncode == 0, job.stderr
+
+    client = server.client
+    client.register("zh_en_fp32.mar")
+    try:
+        client.wait_ready("1.0-fp32", 1, timeout=120)
+        served = [answer["translation"] for answer in server_translations(server, texts, version="1.0-fp32")]
+    finally:
+        client.unregister("1.0-fp32")
+    assert (out / "lines.txt").read_text() == "\n".join(served) + "\n"
+    assert json.loads((out / "lines.txt.batch.json").read_text())["version"] == "1.0-fp32"
