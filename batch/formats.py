@@ -156,6 +156,10 @@ def _jsonl_rows(path: Path, text: str) -> list[tuple[int, dict[str, Any]]]:
             raise InputError(
                 f"{path}: line {number}: not JSON ({error.msg} at column {error.colno})"
             ) from None
+        except RecursionError:  # json's C reader gives up on deep nesting before a stack runs out
+            raise InputError(f"{path}: line {number}: JSON nested too deeply to read") from None
+        except ValueError as error:  # e.g. an integer of more than 4,300 digits (sys.int_info)
+            raise InputError(f"{path}: line {number}: JSON that cannot be read ({error})") from None
         if not isinstance(row, dict):
             raise InputError(f"{path}: line {number}: expected a JSON object, got {type(row).__name__}")
         rows.append((number, row))
