@@ -35,8 +35,14 @@ def start(args: argparse.Namespace) -> Fleet:
     if (args.dir / "fleet.json").exists() and Fleet.load(args.dir).running():
         raise SystemExit(f"a fleet already runs from {args.dir}: `make fleet-stop` first")
     door = FrontDoorConfig(
-        listen=args.listen, rate_per_second=args.rate, burst=args.burst, real_ip_from=args.real_ip_from
+        listen=args.listen,
+        rate_per_second=args.rate,
+        burst=args.burst,
+        real_ip_from=args.real_ip_from,
+        keyless=args.keyless,
     )
+    if args.keyless:
+        print("keyless: requests with no key are served, rate-limited per address (SECURITY.md)")
     fleet = Fleet.create(args.dir, args.model_store, args.archive, door)
     keys = KeyStore(fleet.door.paths.keys)
     if not keys.entries():
@@ -120,6 +126,8 @@ def parser() -> argparse.ArgumentParser:
         starting.add_argument("--burst", type=int, default=FrontDoorConfig.burst)
         real_ip_help = "a load balancer's CIDRs, comma-separated: its X-Forwarded-For names the client"
         starting.add_argument("--real-ip-from", default="", help=real_ip_help)
+        keyless_help = "serve requests with no key, per address (a private network only: SECURITY.md)"
+        starting.add_argument("--keyless", action="store_true", help=keyless_help)
     add_drain_seconds(run)
     for name in ("stop", "status", "reload", "add-replica"):
         command(name)

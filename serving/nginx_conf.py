@@ -56,12 +56,18 @@ class FrontDoorConfig:
     # A load balancer in front (its addresses, comma-separated CIDRs): its X-Forwarded-For names the
     # client, for the per-address limits and the access log. Empty: clients connect directly.
     real_ip_from: str = ""
+    # Keyless (SECURITY.md, "Keyed or keyless"): a request with no key is served as the client of its
+    # address, under the per-key rate counted per address; a wrong key is still refused. For a private
+    # network only; off by default, and only an explicit flag turns it on.
+    keyless: bool = False
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[\w.\[\]:-]+:\d+", self.listen):
             raise ValueError(f"listen must be host:port, got {self.listen!r}")
         for name, value in asdict(self).items():
-            if name not in ("listen", "real_ip_from") and (not isinstance(value, int) or value < 1):
+            if name in ("listen", "real_ip_from", "keyless"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         for network in self.trusted_networks:
             if not re.fullmatch(r"[0-9A-Fa-f.:]+(/\d{1,3})?", network):
@@ -165,6 +171,10 @@ def render(config: FrontDoorConfig, paths: FrontDoorPaths, template_dir: Path = 
         "SITE_DIR": str(paths.site_dir),
         "STATUS_TARGETS_FILE": str(paths.status_targets),
         "REAL_IP": _real_ip(config.trusted_networks),
+        # Keyless: no key names the address as the client (a map value may hold a variable); keyed:
+        # no key is a missing key (LibreTranslate's 400, our 401).
+        "NO_KEY_CLIENT": '"address:$remote_addr"' if config.keyless else '""',
+        "KEY_REQUIRED": "false" if config.keyless else "true",
     }
     for sub in (paths.conf_dir, paths.logs, paths.run_dir / "tmp"):
         sub.mkdir(parents=True, exist_ok=True)

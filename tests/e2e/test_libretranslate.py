@@ -338,6 +338,38 @@ def test_nextcloud_replayed_probe_settings_languages_detect_and_html(door: Front
     assert translated.startswith("<p>") and translated.endswith("</p>") and len(translated) > len("<p></p>")
 
 
+def test_a_keyless_front_door_serves_no_key_per_address_and_still_refuses_a_wrong_key(
+    shared_fleet: Fleet, tmp_path: Path
+) -> None:
+    """`serving.fleet run --keyless` (SECURITY.md): no key is served on both APIs, rate-limited per
+    address; a key that is sent must still be valid; /frontend/settings says no key is required."""
+    limits = {"rate_per_second": 1, "burst": 3, "probe_timeout_s": 2, "probe_window_s": 3}
+    with front_door(tmp_path / "keyless", [replica_port(shared_fleet)], keyless=True, **limits) as made:
+        door, key = made
+        door.wait_healthy()
+        assert requests.get(f"{door.url}/frontend/settings", timeout=30).json()["keyRequired"] is False
+        keyless = post(door, "/translate", json={"q": "你好。", **PAIR})
+        assert keyless.status_code == 200 and isinstance(keyless.json()["translatedText"], str), keyless.text
+        native = requests.post(f"{door.url}/predictions/zh_en", json={"text": "你好。"}, timeout=60)
+        assert native.status_code == 200 and native.json()["translation"], native.text
+        wrong = "zhen_" + "x" * 43
+        assert_error(post(door, "/translate", json={"q": "你好", **PAIR, "api_key": wrong}), 403, INVALID_KEY)
+        assert (
+            requests.post(
+                f"{door.url}/predictions/zh_en", json={"text": "你好"}, headers=bearer(wrong), timeout=30
+            ).status_code
+            == 401
+        )
+        assert post(door, "/translate", json={"q": "你好。", **PAIR, "api_key": key}).status_code == 200
+        statuses = [post(door, "/detect", json={"q": "你好"}).status_code for _ in range(8)]
+        assert 429 in statuses and set(statuses) <= {200, 429}, statuses  # 1/s and 3 at once per address
+
+
+def test_the_keyed_front_door_says_a_key_is_required(door: FrontDoor) -> None:
+    assert requests.get(f"{door.url}/frontend/settings", timeout=30).json()["keyRequired"] is True
+    assert_error(post(door, "/translate", json={"q": "你好", **PAIR}), 400, MISSING_KEY)
+
+
 def test_keys_stay_out_of_every_log_and_file(door: FrontDoor, shared_fleet: Fleet, tmp_path: Path) -> None:
     """A key in the body, a form, a multipart part or the query string, on requests that succeed and
     on requests that fail in every place that logs (the gate, njs, the key's rate, the body limit):
