@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import grp
 import hashlib
+import json
 import os
 import pwd
 import re
@@ -19,9 +20,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import yaml
+
 from serving.files import write_atomically
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "deploy" / "nginx"
+# LibreTranslate's GET /spec answers our API document, as JSON (LibreTranslate's is its Swagger).
+OPENAPI = Path(__file__).resolve().parent.parent / "docs" / "openapi.yaml"
 SITE_SOURCE_DIR = TEMPLATE_DIR.parent / "site"  # the playground and status pages, served as they are
 JS_MODULE_DIRS = ("/usr/lib/nginx/modules", "/usr/share/nginx/modules", "/etc/nginx/modules")
 WORKER_USERS = ("www-data", "nginx", "nobody")
@@ -218,6 +223,9 @@ def _copy_site(site_dir: Path) -> None:
         if page.is_file():
             shutil.copyfile(page, site_dir / page.name)
             (site_dir / page.name).chmod(0o644)
+    spec = site_dir / "spec.json"  # GET /spec (libretranslate.conf)
+    spec.write_text(json.dumps(yaml.safe_load(OPENAPI.read_text())) + "\n")
+    spec.chmod(0o644)
 
 
 def js_module() -> Path:

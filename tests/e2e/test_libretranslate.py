@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import requests
 import schemathesis
+import yaml
 from deep_translator import LibreTranslator
 from deep_translator.exceptions import AuthorizationException
 from libretranslatepy import LibreTranslateAPI
@@ -242,8 +243,15 @@ def test_health_and_suggest_answer_as_libretranslate_does(door: FrontDoor) -> No
     assert requests.options(f"{door.url}/suggest", timeout=30).status_code == 204
     # Not served yet (docs/API.md): a plain 404, and /frontend/settings says files are off.
     assert requests.post(f"{door.url}/translate_file", timeout=30).status_code == 404
-    assert requests.get(f"{door.url}/spec", timeout=30).status_code == 404
     assert requests.get(f"{door.url}/frontend/settings", timeout=30).json()["filesTranslation"] is False
+
+
+def test_spec_answers_our_openapi_document_as_json(door: FrontDoor) -> None:
+    spec = requests.get(f"{door.url}/spec", timeout=30)
+    assert spec.status_code == 200 and spec.headers["content-type"].startswith("application/json")
+    assert spec.json() == yaml.safe_load(SPEC_PATH.read_text())
+    assert {"/translate", "/detect", "/languages", "/spec"} <= set(spec.json()["paths"])
+    assert requests.post(f"{door.url}/spec", timeout=30).status_code == 405
 
 
 def test_weblate_chunks_chinese_codes_and_blank_texts(door: FrontDoor, key: str) -> None:
