@@ -192,8 +192,9 @@ soak: $(DEV) java nginx
 
 # The README's first command in a bare Debian 12 root (debootstrap), as root and as a second user, one
 # translation each (tests/fresh_machine/run.sh; as root, about 5 minutes). FRESH_ARGS=--make-test adds
-# make test inside the root (about 13 minutes more). Bounded: TERM after 40 minutes (the script undoes
-# its mounts and removes the root), KILL 2 minutes later (the next run undoes what is left first).
+# make test inside the root (about 13 minutes more). Bounded: TERM after 40 minutes (once its current
+# step returns, the script undoes its mounts and removes the root), KILL 2 minutes later (the next run
+# undoes what is left first).
 fresh-machine:
 	timeout --kill-after=120 2400 bash tests/fresh_machine/run.sh $(FRESH_ARGS)
 
