@@ -2,7 +2,7 @@
 # make fresh-machine: the README's first command on a machine that has nothing of ours.
 #
 #   tests/fresh_machine/run.sh               # root, then a non-root user: make serve, one translation, make stop
-#   tests/fresh_machine/run.sh --make-test   # then `make test` in the root as well (about 20 minutes more)
+#   tests/fresh_machine/run.sh --make-test   # then `make test` in the root as well (about 13 minutes more)
 #   tests/fresh_machine/run.sh --keep        # leave the root in $FRESH_MACHINE_ROOT (mounts undone)
 #
 # A minimal Debian 12 root (debootstrap --variant=minbase) gets only what a new user would install
