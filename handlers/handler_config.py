@@ -236,10 +236,6 @@ class HandlerConfig:
         )
 
     @property
-    def quantize(self) -> bool:
-        return self.variant == "int8"
-
-    @property
     def model(self) -> ModelConfig:
         """What the model layer loads and steps with; it knows nothing else of this config."""
         return ModelConfig(

@@ -88,7 +88,7 @@ def plan_request(
     glossary: Glossary = NO_GLOSSARY,
 ) -> PlannedRequest:
     """The request's texts as documents and sentences; `glossary` is the deployment's (the request's
-    own entries win over it); `policy` the deployment's decode rules (DecodePolicy.of the translator)."""
+    own entries win over it); `policy` the deployment's decode rules (DecodePolicy.of(config, translator))."""
     config = policy.config
     beams = policy.beams_for(request.options)
     if request.options.alternatives >= beams and request.alternatives_at_most:

@@ -11,11 +11,11 @@ from handlers.handler_config import ConfigError, HandlerConfig, markdown
 
 def test_defaults_are_fp32_single_thread() -> None:
     config = HandlerConfig.from_mapping(None)
-    assert (config.variant, config.threads, config.quantize) == ("fp32", 1, False)
+    assert (config.variant, config.threads, config.model.quantize) == ("fp32", 1, False)
 
 
 def test_int8_variant_quantizes() -> None:
-    assert HandlerConfig.from_mapping({"variant": "int8"}).quantize
+    assert HandlerConfig.from_mapping({"variant": "int8"}).model.quantize
 
 
 @pytest.mark.parametrize("variant", ["fp32", "int8"])
