@@ -17,6 +17,9 @@ from serving.client import MODEL_NAME, Endpoints, ServerError, TorchServeClient
 # A start writes this banner to ts_log.log first; what follows the last one belongs to this start.
 START_BANNER = "Torchserve version:"
 LOAD_FAILED = re.compile(r"Failed to load model: (\S+)")
+# The log grows across starts and the wait reads it once a second: only its end can hold this start
+# (its banner and initial loads are a few kB of lines).
+TAIL_BYTES = 1 << 20
 
 
 def load_failure(ts_log: Path) -> str | None:
@@ -26,7 +29,9 @@ def load_failure(ts_log: Path) -> str | None:
     example when another user's TorchServe made /tmp/models, where archives are unpacked.
     """
     try:
-        lines = ts_log.read_text(errors="replace").splitlines()
+        with ts_log.open("rb") as log:
+            log.seek(max(0, log.seek(0, 2) - TAIL_BYTES))
+            lines = log.read().decode(errors="replace").splitlines()
     except FileNotFoundError:
         return None
     starts = [i for i, line in enumerate(lines) if START_BANNER in line]
