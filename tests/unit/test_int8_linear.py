@@ -6,6 +6,7 @@ tests/kernel_paths.py skips, saying why, the ones it lacks)."""
 from __future__ import annotations
 
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -117,3 +118,24 @@ def test_shapes_it_does_not_fit_keep_fbgemm(ops: RowOps) -> None:
     assert layer.whole is None and layer.packed is not None
     shifted = torch._make_per_tensor_quantized_tensor(torch.zeros(16, 4, dtype=torch.int8), 0.1, 3)
     assert not int8_linear.fits(shifted), "a zero point: fbgemm subtracts offsets int8_linear does not"
+
+
+def test_the_reused_scratch_keeps_the_bits_across_sizes_and_threads(ops: RowOps) -> None:
+    """The quantized rows and ranges live in one buffer per thread, reused call after call: a small
+    call after a large one, a call beyond what is kept, and two threads at once all keep fbgemm's bits."""
+    ours, theirs = pair(*quantized_linear(512, 512, seed=4), ops)
+    kept = int8_linear.KEPT_SCRATCH // 512 + 1  # rows whose scratch is not kept past the call
+    batches = [hard_rows(rows, 512, torch.Generator().manual_seed(rows)) for rows in (64, kept, 3, 1, 64)]
+    with torch.inference_mode():
+        expected = [theirs(x) for x in batches]
+        assert all(same_bits(ours(x), want) for x, want in zip(batches, expected, strict=True))
+        assert int8_linear._SCRATCH.buffer.numel() <= int8_linear.KEPT_SCRATCH
+        # Leading dimensions pass through, as nn.Linear's do.
+        assert same_bits(ours(batches[0].view(8, 8, 512)), expected[0].view(8, 8, 512))
+
+    def run(order: list[int]) -> bool:
+        with torch.inference_mode():
+            return all(same_bits(ours(batches[i]), expected[i]) for _ in range(20) for i in order)
+
+    with ThreadPoolExecutor(2) as pool:
+        assert all(pool.map(run, [[0, 2, 3], [3, 0, 2]]))
