@@ -42,6 +42,9 @@ class FrontDoorConfig:
     body_limit_kib: int = 128  # the replicas' max_request_size
     char_limit: int = 5000  # per text: the replicas' max_chars_per_text (LibreTranslate's charLimit)
     read_timeout_s: int = 130  # above TorchServe's 120 s responseTimeout
+    # The largest answer the front door holds while it waits for all of it (deploy/FLEET.md, "Whole
+    # answers"): memory is committed only as an answer is written, so the bound costs nothing unused.
+    answer_limit_kib: int = 16384
     tries: int = 3  # replicas one request may try
     retry_window_s: int = 300  # all tries of one request, together
     fail_timeout_s: int = 5  # a replica that failed is left out this long
@@ -156,6 +159,7 @@ def render(config: FrontDoorConfig, paths: FrontDoorPaths, template_dir: Path = 
         "BODY_LIMIT_KIB": str(config.body_limit_kib),
         "CHAR_LIMIT": str(config.char_limit),
         "READ_TIMEOUT_S": str(config.read_timeout_s),
+        "ANSWER_LIMIT_KIB": str(config.answer_limit_kib),
         "TRIES": str(config.tries),
         "RETRY_WINDOW_S": str(config.retry_window_s),
         "PROBE_TIMEOUT_S": str(config.probe_timeout_s),

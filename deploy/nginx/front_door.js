@@ -35,6 +35,100 @@ function libretranslateHealthy(r) {
     r.return(200, '{"status": "ok"}\n');
 }
 
+// Every answer the client gets is whole (issue 43). Under continuous batching a replica's 200 head
+// leaves before its body, so a replica that dies in between leaves a proxied client with a cut
+// answer that nginx can no longer send elsewhere. Here the answer is read whole first, through the
+// internal location /_replicas/ (replicas.conf; proxy_next_upstream retries what fails before a
+// head), and only a whole answer goes out. One that broke off is sent to a replica again, up to
+// TRIES attempts within RETRY_WINDOW_MS; then the client gets a 502, never a cut 200. A translation is
+// a pure function of its input, so sending it again is safe. Streams ("stream": true) go through
+// as they come (@replicas_stream): the client asked for the first sentences before the last.
+const TRIES = @@TRIES@@;
+const RETRY_WINDOW_MS = @@RETRY_WINDOW_S@@ * 1000;
+// Headers that describe the replica's connection, not the answer: nginx sets its own.
+const HOP_HEADERS = ['connection', 'keep-alive', 'transfer-encoding', 'content-length'];
+
+// POST /predictions/zh_en[/<version>], /v1/models/zh_en:predict, /v2/models/zh_en/infer.
+async function answer(r) {
+    const body = r.requestText || '';
+    if (streamed(body)) {
+        r.internalRedirect('@replicas_stream');
+        return;
+    }
+    await answerWhole(r, '/_replicas' + r.uri, r.variables.args || '');
+}
+
+// LibreTranslate's /translate and /detect, on the keyed stage once the key and its rate are checked
+// (@libretranslate): the body libretranslate() rebuilt, to the native route (libretranslate_stage.conf).
+async function answerLibretranslate(r) {
+    await answerWhole(r, '/_replicas_libretranslate', '');
+}
+
+// Only the native route streams, and only with a top-level "stream": true. The search is a literal
+// (linear time); the parse runs only on bodies that name the field.
+function streamed(body) {
+    if (body.indexOf('"stream"') < 0) {
+        return false;
+    }
+    try {
+        const parsed = JSON.parse(body);
+        return parsed !== null && typeof parsed === 'object' && parsed.stream === true;
+    } catch (e) {
+        return false;  // not JSON: the replica answers its 400, whole
+    }
+}
+
+// A subrequest sends the client's body (or the stage's rebuilt one, by proxy_set_body): never a body
+// from here, which njs 0.7 cannot resend when nginx retries on the next replica.
+async function answerWhole(r, uri, args) {
+    const started = Date.now();
+    const upstreams = [];
+    const statuses = [];
+    for (let attempt = 1; ; attempt++) {
+        const reply = await r.subrequest(uri, {method: 'POST', args: args});
+        upstreams.push(reply.variables.upstream_addr || '-');
+        statuses.push(reply.variables.upstream_status || '-');
+        r.variables.door_upstreams = upstreams.join(', ');
+        r.variables.door_upstream_statuses = statuses.join(', ');
+        const text = reply.responseText || '';
+        if (reply.status === 502 || reply.status === 504) {
+            // nginx's own: no replica answered, or none in time. The client's location answers it,
+            // with its JSON and its Retry-After (json_errors.conf, libretranslate_errors.conf).
+            r.return(reply.status);
+            return;
+        }
+        if (isWhole(text)) {
+            for (const name in reply.headersOut) {
+                if (HOP_HEADERS.indexOf(name.toLowerCase()) < 0) {
+                    r.headersOut[name] = reply.headersOut[name];
+                }
+            }
+            r.return(reply.status, text);
+            return;
+        }
+        if (attempt >= TRIES || Date.now() - started >= RETRY_WINDOW_MS) {
+            r.error(`answer cut off on ${attempt} attempt(s): ${upstreams.join(', ')}`);
+            r.return(502);
+            return;
+        }
+        r.warn(`answer from ${upstreams[upstreams.length - 1]} cut off; trying a replica again`);
+    }
+}
+
+// Every answer a replica gives is one JSON document (handlers/wire: results and errors alike), and
+// no proper prefix of a JSON object or array parses: a cut answer never passes for a whole one.
+function isWhole(text) {
+    if (text === '') {
+        return false;
+    }
+    try {
+        JSON.parse(text);
+        return true;
+    } catch (e) {
+        return false;
+    }
+}
+
 // What a replica reads of a LibreTranslate form (handlers/wire/libretranslate.py); the key and
 // anything else a client sends stay here. ROUTE_FIELD names the route: TorchServe hands the handler
 // the body, not the path (nor the query string), so the route travels in the body.
@@ -313,4 +407,4 @@ function latency(path) {
     return {requests: times.length, p50_ms: rank(0.5), p95_ms: rank(0.95)};
 }
 
-export default { digest, healthy, libretranslate, libretranslateHealthy, status };
+export default { answer, answerLibretranslate, digest, healthy, libretranslate, libretranslateHealthy, status };

@@ -53,10 +53,14 @@ class Loopback:
 
 @dataclass
 class Stub:
-    """A replica stand-in on a free loopback port answering every POST with `status` (or hanging)."""
+    """A replica stand-in on a free loopback port answering every POST with `status` (or hanging).
+
+    `cut_off`: the answer's head and its first bytes go out, then the connection closes, as when a
+    replica dies under continuous batching after its 200 head left (issue 43)."""
 
     status: int = 200
     hang_seconds: float = 0.0
+    cut_off: bool = False
     seen_headers: list[dict[str, str]] = field(default_factory=list)
     seen_requests: list[tuple[str, bytes]] = field(default_factory=list)  # (path with query, body)
 
@@ -71,6 +75,15 @@ class Stub:
                 if stub.hang_seconds:
                     time.sleep(stub.hang_seconds)
                 body = json.dumps({"code": stub.status, "type": "Stub", "message": f"stub {stub.status}"})
+                if stub.cut_off:
+                    self.send_response(stub.status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(body) // 2, body[: len(body) // 2].encode()))
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
                 self.send_response(stub.status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))

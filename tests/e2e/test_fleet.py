@@ -103,6 +103,7 @@ def stubs() -> Iterator[dict[str, Stub]]:
         "broken": Stub(500),
         "versionless": Stub(404),
         "hanging": Stub(200, hang_seconds=2),
+        "cut": Stub(200, cut_off=True),
     }
     yield made
     for stub in made.values():
@@ -282,6 +283,39 @@ def test_a_dead_busy_or_versionless_replica_is_retried_on_another(
             for _ in range(12)
         ]
     assert statuses == [200] * 12
+
+
+def test_an_answer_cut_off_after_its_head_is_read_whole_from_another_replica(
+    tmp_path: Path, stubs: dict[str, Stub]
+) -> None:
+    """A replica that dies after its 200 head left: the front door has sent the client nothing yet,
+    so it sends the request to a replica again, and the client gets one whole answer (issue 43)."""
+    whole = json.dumps({"code": 200, "type": "Stub", "message": "stub 200"})
+    with front_door(tmp_path, [stubs["cut"].port, stubs["ok"].port]) as (door, key):
+        responses = [
+            requests.post(
+                f"{door.url}/predictions/zh_en", json={"text": "x"}, headers=bearer(key), timeout=30
+            )
+            for _ in range(6)
+        ]
+        log = (door.paths.logs / "access.log").read_text().splitlines()
+    assert [(r.status_code, r.text) for r in responses] == [(200, whole)] * 6
+    assert {r.headers["Content-Type"] for r in responses} == {"application/json; charset=utf-8"}
+    cut, ok = (f"127.0.0.1:{stubs[name].port}" for name in ("cut", "ok"))
+    tried_both = [line for line in log if f"upstream={cut}, {ok} upstream_status=200, 200" in line]
+    assert tried_both, log[-6:]  # the access log names every replica an answer was read from
+
+
+def test_answers_cut_off_on_every_try_get_a_502_never_a_cut_200(
+    tmp_path: Path, stubs: dict[str, Stub]
+) -> None:
+    with front_door(tmp_path, [stubs["cut"].port], tries=2) as (door, key):
+        response = requests.post(
+            f"{door.url}/predictions/zh_en", json={"text": "x"}, headers=bearer(key), timeout=30
+        )
+        errors = (door.paths.logs / "error.log").read_text()
+    assert_error(response, 502, "BadGateway")
+    assert "answer cut off on 2 attempt(s)" in errors
 
 
 def test_a_500_is_passed_through_not_retried(tmp_path: Path, stubs: dict[str, Stub]) -> None:

@@ -82,9 +82,20 @@ def retried_since(fleet: Fleet, offset: int) -> int:
         return sum(1 for line in log if "," in line.split("upstream_status=", 1)[-1])
 
 
-def access_log_offset(fleet: Fleet) -> int:
-    path = fleet.door.paths.logs / "access.log"
+def access_log_offset(fleet: Fleet, name: str = "access.log") -> int:
+    path = fleet.door.paths.logs / name
     return path.stat().st_size if path.exists() else 0
+
+
+def read_again_since(fleet: Fleet, offset: int) -> int:
+    """Answers a replica cut off after their head, which the front door read again from a replica
+    (front_door.answer logs each as a warning)."""
+    path = fleet.door.paths.logs / "error.log"
+    if not path.exists():
+        return 0
+    with path.open() as log:
+        log.seek(offset)
+        return sum(1 for line in log if "cut off; trying a replica again" in line)
 
 
 def served(server: TorchServe) -> int:
@@ -151,7 +162,7 @@ def under_load(
     action: Callable[[], dict[str, Any]],
 ) -> dict[str, Any]:
     """Run `action` inside a steady load with `settle` seconds either side; add the load's outcome."""
-    offset = access_log_offset(fleet)
+    offset, error_offset = access_log_offset(fleet), access_log_offset(fleet, "error.log")
     label = f"{time.time_ns():x}"
     with front_door_load(fleet, key_file, concurrency, options, label) as load:
         time.sleep(settle)
@@ -168,6 +179,7 @@ def under_load(
         "last_variant": sequence[-1] if sequence else None,
         "latency": percentiles(answered) if answered else {},
         "retried_on_another_replica": retried_since(fleet, offset),
+        "cut_off_and_read_again": read_again_since(fleet, error_offset),
     }
 
 
