@@ -215,9 +215,13 @@ def table(result: dict[str, Any]) -> str:
             f"{remove['reload_drain_stop_s']} s",
         ),
     ]
-    lines = ["| event | requests | failed | retried on another replica | recovery |", "|---|---|---|---|---|"]
+    lines = [
+        "| event | requests | failed | retried on another replica | of them cut off, read again | recovery |",
+        "|---|---|---|---|---|---|",
+    ]
     lines += [
-        f"| {event} | {part['requests']} | {_failed(part)} | {part['retried_on_another_replica']} | {note} |"
+        f"| {event} | {part['requests']} | {_failed(part)} | {part['retried_on_another_replica']} | "
+        f"{part.get('cut_off_and_read_again', 0)} | {note} |"
         for event, part, note in rows
     ]
     return "\n".join(lines)
@@ -233,7 +237,7 @@ def _failed(part: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cli = BenchCli("tests.soak.fleet_faults", __doc__)
+    cli = BenchCli("tests.soak.fleet_faults", __doc__, results_dir=True)
     cli.parser.add_argument("--model-store", type=Path, default=Path("model_store"))
     cli.parser.add_argument("--replicas", type=int, default=2)
     cli.parser.add_argument("--concurrency", type=int, default=4)
