@@ -55,13 +55,13 @@ async function answer(r) {
         r.internalRedirect('@replicas_stream');
         return;
     }
-    await answerWhole(r, '/_replicas' + r.uri, r.variables.args || '');
+    await answerWhole(r, '/_replicas' + r.uri, r.variables.args || '', 422);
 }
 
 // LibreTranslate's /translate and /detect, on the keyed stage once the key and its rate are checked
 // (@libretranslate): the body libretranslate() rebuilt, to the native route (libretranslate_stage.conf).
 async function answerLibretranslate(r) {
-    await answerWhole(r, '/_replicas_libretranslate', '');
+    await answerWhole(r, '/_replicas_libretranslate', '', 400);
 }
 
 // Only the native route streams, and only with a top-level "stream": true. The search is a literal
@@ -79,8 +79,9 @@ function streamed(body) {
 }
 
 // A subrequest sends the client's body (or the stage's rebuilt one, by proxy_set_body): never a body
-// from here, which njs 0.7 cannot resend when nginx retries on the next replica.
-async function answerWhole(r, uri, args) {
+// from here, which njs 0.7 cannot resend when nginx retries on the next replica. `lateStatus`: the
+// route's status for a refusal that came after the replica's 200 head (see lateError).
+async function answerWhole(r, uri, args, lateStatus) {
     const started = Date.now();
     const upstreams = [];
     const statuses = [];
@@ -97,13 +98,14 @@ async function answerWhole(r, uri, args) {
             r.return(reply.status);
             return;
         }
-        if (isWhole(text)) {
+        const parsed = parsedJson(text);
+        if (parsed !== undefined) {
             for (const name in reply.headersOut) {
                 if (HOP_HEADERS.indexOf(name.toLowerCase()) < 0) {
                     r.headersOut[name] = reply.headersOut[name];
                 }
             }
-            r.return(reply.status, text);
+            r.return(reply.status === 200 ? lateError(parsed, lateStatus) || 200 : reply.status, text);
             return;
         }
         if (attempt >= TRIES || Date.now() - started >= RETRY_WINDOW_MS) {
@@ -117,16 +119,32 @@ async function answerWhole(r, uri, args) {
 
 // Every answer a replica gives is one JSON document (handlers/wire: results and errors alike), and
 // no proper prefix of a JSON object or array parses: a cut answer never passes for a whole one.
-function isWhole(text) {
+// Returns the parsed document, or undefined for an empty or cut answer.
+function parsedJson(text) {
     if (text === '') {
-        return false;
+        return undefined;
     }
     try {
-        JSON.parse(text);
-        return true;
+        return JSON.parse(text);
     } catch (e) {
-        return false;
+        return undefined;
     }
+}
+
+// A refusal found while the answer was rendered, after its 200 head had left the replica (a text
+// past its time budget: handlers/text/budget.py's TooCostly), comes as an error body under that 200.
+// The client gets the error's own status instead: the native body's "code", else the route's
+// (LibreTranslate's 400, KServe's 422). No successful answer has a top-level "error", or a "code"
+// with "type" and "message".
+function lateError(parsed, lateStatus) {
+    if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
+        return 0;
+    }
+    if (typeof parsed.code === 'number' && parsed.code >= 400 && parsed.code < 600
+            && typeof parsed.type === 'string' && typeof parsed.message === 'string') {
+        return parsed.code;
+    }
+    return typeof parsed.error === 'string' ? lateStatus : 0;
 }
 
 // What a replica reads of a LibreTranslate form (handlers/wire/libretranslate.py); the key and

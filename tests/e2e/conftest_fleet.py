@@ -61,6 +61,7 @@ class Stub:
     status: int = 200
     hang_seconds: float = 0.0
     cut_off: bool = False
+    body: dict[str, Any] | None = None  # answered instead of the default body
     seen_headers: list[dict[str, str]] = field(default_factory=list)
     seen_requests: list[tuple[str, bytes]] = field(default_factory=list)  # (path with query, body)
 
@@ -74,7 +75,8 @@ class Stub:
                 stub.seen_requests.append((self.path, received))
                 if stub.hang_seconds:
                     time.sleep(stub.hang_seconds)
-                body = json.dumps({"code": stub.status, "type": "Stub", "message": f"stub {stub.status}"})
+                default = {"code": stub.status, "type": "Stub", "message": f"stub {stub.status}"}
+                body = json.dumps(stub.body if stub.body is not None else default)
                 if stub.cut_off:
                     self.send_response(stub.status)
                     self.send_header("Content-Type", "application/json")

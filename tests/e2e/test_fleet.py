@@ -104,6 +104,9 @@ def stubs() -> Iterator[dict[str, Stub]]:
         "versionless": Stub(404),
         "hanging": Stub(200, hang_seconds=2),
         "cut": Stub(200, cut_off=True),
+        # A refusal after the 200 head left (a text past its time budget at render): an error body.
+        "late_native": Stub(200, body={"code": 422, "type": "TooCostly", "message": "over the budget"}),
+        "late_kserve": Stub(200, body={"error": "over the budget"}),
     }
     yield made
     for stub in made.values():
@@ -316,6 +319,23 @@ def test_answers_cut_off_on_every_try_get_a_502_never_a_cut_200(
         errors = (door.paths.logs / "error.log").read_text()
     assert_error(response, 502, "BadGateway")
     assert "answer cut off on 2 attempt(s)" in errors
+
+
+def test_a_refusal_under_a_replicas_200_reaches_the_client_with_its_own_status(
+    tmp_path: Path, stubs: dict[str, Stub]
+) -> None:
+    """No successful status carries an error body: the front door reads the whole answer first."""
+    cases = [
+        ("late_native", "/predictions/zh_en", {"text": "x"}, 422),
+        ("late_kserve", "/v1/models/zh_en:predict", {"instances": ["x"]}, 422),
+        ("late_kserve", "/translate", {"q": "x", "source": "zh", "target": "en"}, 400),  # LibreTranslate's
+    ]
+    for index, (stub, route, body, status) in enumerate(cases):
+        with front_door(tmp_path / str(index), [stubs[stub].port]) as (door, key):
+            response = requests.post(f"{door.url}{route}", json=body, headers=bearer(key), timeout=30)
+        assert (response.status_code, response.json()) == (status, stubs[stub].body), route
+    with front_door(tmp_path / "ok", [stubs["ok"].port]) as (door, key):
+        assert requests.post(f"{door.url}/predictions/zh_en", json={"text": "x"}, headers=bearer(key)).ok
 
 
 def test_a_500_is_passed_through_not_retried(tmp_path: Path, stubs: dict[str, Stub]) -> None:
