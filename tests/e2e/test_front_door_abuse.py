@@ -353,3 +353,23 @@ def test_health_checks_share_one_probe(tmp_path: Path) -> None:
     ran = probes_seen(slow) - before
     assert statuses == [200] * 240
     assert seconds / 2 - 1 <= ran <= seconds + 2, (ran, seconds)
+
+
+def test_the_stream_check_takes_a_moment_whatever_the_body(tmp_path: Path) -> None:
+    """front_door.answer parses a body only when it names "stream": 60,000 nested arrays, or the
+    word 12,000 times, are answered at once, and the worker lives on to answer the next request."""
+    bodies = [
+        '{"stream": true, "text": ' + "[" * 60_000 + "]" * 60_000 + "}",
+        '{"text": "x", "pad": "' + '\\"stream\\"' * 12_000 + '"}',
+        '{"stream": true, "text": "x"}',
+        '{"text": "x"}',
+    ]
+    stub = Stub(200)
+    try:
+        with front_door(tmp_path, [stub.port]) as (door, key):
+            headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+            for body in bodies:
+                answer = timed_post(f"{door.url}/predictions/zh_en", data=body, headers=headers)
+                assert answer.status == 200 and answer.seconds < BUDGET_S, (body[:40], answer.seconds)
+    finally:
+        stub.close()
