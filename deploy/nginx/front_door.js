@@ -85,6 +85,7 @@ async function answerWhole(r, uri, args, lateStatus) {
     const started = Date.now();
     const upstreams = [];
     const statuses = [];
+    let workerDied = false;
     for (let attempt = 1; ; attempt++) {
         const reply = await r.subrequest(uri, {method: 'POST', args: args});
         upstreams.push(reply.variables.upstream_addr || '-');
@@ -99,6 +100,15 @@ async function answerWhole(r, uri, args, lateStatus) {
             return;
         }
         const parsed = parsedJson(text);
+        const again = attempt < TRIES && Date.now() - started < RETRY_WINDOW_MS;
+        if (reply.status === 507 && !workerDied && again) {
+            // TorchServe's "Worker died." for the requests its worker held: sent once more (a worker
+            // restarts in seconds, and another replica may be up). Only once: were the request itself
+            // what killed the worker, it takes one more with it, not one per replica.
+            workerDied = true;
+            r.warn(`worker died under a request at ${upstreams[upstreams.length - 1]}; trying a replica again`);
+            continue;
+        }
         if (parsed !== undefined) {
             for (const name in reply.headersOut) {
                 if (HOP_HEADERS.indexOf(name.toLowerCase()) < 0) {
@@ -108,7 +118,7 @@ async function answerWhole(r, uri, args, lateStatus) {
             r.return(reply.status === 200 ? lateError(parsed, lateStatus) || 200 : reply.status, text);
             return;
         }
-        if (attempt >= TRIES || Date.now() - started >= RETRY_WINDOW_MS) {
+        if (!again) {
             r.error(`answer cut off on ${attempt} attempt(s): ${upstreams.join(', ')}`);
             r.return(502);
             return;

@@ -104,6 +104,7 @@ def stubs() -> Iterator[dict[str, Stub]]:
         "versionless": Stub(404),
         "hanging": Stub(200, hang_seconds=2),
         "cut": Stub(200, cut_off=True),
+        "worker_died": Stub(507),
         # A refusal after the 200 head left (a text past its time budget at render): an error body.
         "late_native": Stub(200, body={"code": 422, "type": "TooCostly", "message": "over the budget"}),
         "late_kserve": Stub(200, body={"error": "over the budget"}),
@@ -336,6 +337,23 @@ def test_a_refusal_under_a_replicas_200_reaches_the_client_with_its_own_status(
         assert (response.status_code, response.json()) == (status, stubs[stub].body), route
     with front_door(tmp_path / "ok", [stubs["ok"].port]) as (door, key):
         assert requests.post(f"{door.url}/predictions/zh_en", json={"text": "x"}, headers=bearer(key)).ok
+
+
+def test_a_worker_that_died_under_a_request_costs_one_retry_not_one_per_replica(
+    tmp_path: Path, stubs: dict[str, Stub]
+) -> None:
+    """TorchServe's 507 "Worker died.": the request goes to a replica once more, and only once."""
+    died = stubs["worker_died"]
+    with front_door(tmp_path / "one", [died.port, stubs["ok"].port]) as (door, key):
+        answers = [
+            requests.post(f"{door.url}/predictions/zh_en", json={"text": "x"}, headers=bearer(key))
+            for _ in range(4)
+        ]
+    assert [a.status_code for a in answers] == [200] * 4
+    before = len(died.seen_requests)
+    with front_door(tmp_path / "all", [died.port], tries=3) as (door, key):
+        answer = requests.post(f"{door.url}/predictions/zh_en", json={"text": "x"}, headers=bearer(key))
+    assert answer.status_code == 507 and len(died.seen_requests) - before == 2
 
 
 def test_a_500_is_passed_through_not_retried(tmp_path: Path, stubs: dict[str, Stub]) -> None:

@@ -87,15 +87,15 @@ def access_log_offset(fleet: Fleet, name: str = "access.log") -> int:
     return path.stat().st_size if path.exists() else 0
 
 
-def read_again_since(fleet: Fleet, offset: int) -> int:
-    """Answers a replica cut off after their head, which the front door read again from a replica
-    (front_door.answer logs each as a warning)."""
+def read_again_since(fleet: Fleet, offset: int, what: str = "cut off; trying a replica again") -> int:
+    """Answers the front door asked a replica for again (front_door.answer logs each as a warning):
+    by default those a replica cut off after their head; `what` names another warning."""
     path = fleet.door.paths.logs / "error.log"
     if not path.exists():
         return 0
     with path.open() as log:
         log.seek(offset)
-        return sum(1 for line in log if "cut off; trying a replica again" in line)
+        return sum(1 for line in log if what in line)
 
 
 def served(server: TorchServe) -> int:
@@ -180,6 +180,7 @@ def under_load(
         "latency": percentiles(answered) if answered else {},
         "retried_on_another_replica": retried_since(fleet, offset),
         "cut_off_and_read_again": read_again_since(fleet, error_offset),
+        "worker_died_and_sent_again": read_again_since(fleet, error_offset, "worker died under a request"),
     }
 
 

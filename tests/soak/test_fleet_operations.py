@@ -13,10 +13,12 @@ from typing import Any
 
 import pytest
 
+from serving.nginx_conf import FrontDoorConfig
 from serving.ports import free_port
 from serving.processes import process_alive
 from serving.replica_set import Fleet
 from serving.torchserve import REPO_ROOT
+from tests.soak.faults import kill_worker_under_load
 from tests.soak.fleet_faults import (
     add_replica_under_load,
     kill_replica_under_load,
@@ -99,6 +101,24 @@ def test_a_replica_killed_with_sigkill_loses_no_request(fleet: Fleet, key_file: 
     assert result["killed_pids"] and not any(process_alive(pid) for pid in result["killed_pids"])
     assert set(result["healthz_while_down"]) == {"200"}, result["healthz_while_down"]
     assert result["retried_on_another_replica"] > 0  # the dead replica's share went elsewhere
+
+
+def test_one_replica_loses_no_request_when_its_worker_is_killed(tiny_store: Path, tmp_path: Path) -> None:
+    """The single-host path as shipped (deploy/zh-en-fleet.service: one replica). SIGKILL its worker
+    under load: TorchServe cuts the answers it had begun and answers the rest 507 "Worker died.";
+    the front door asks again, the queue holds the requests until the new worker is up, and every
+    client gets its translation."""
+    door = FrontDoorConfig(listen=f"127.0.0.1:{free_port()}", rate_per_second=100_000, burst=100_000)
+    single = Fleet.create(tmp_path / "single", tiny_store, door=door)
+    single.start(1)
+    try:
+        victim = single.server(single.names()[0])
+        action = lambda: kill_worker_under_load(victim)  # noqa: E731
+        result = run(single, load_key(single), action)
+    finally:
+        single.stop()
+    assert result["killed_pid"] and result["all_ready_after_s"] is not None, result
+    assert result["retried_on_another_replica"] > 0, result  # the kill met requests, asked for again
 
 
 def test_adding_a_replica_and_reloading_nginx_fails_no_request(fleet: Fleet, key_file: Path) -> None:
