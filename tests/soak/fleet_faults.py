@@ -82,7 +82,8 @@ def retried_since(fleet: Fleet, offset: int) -> int:
         return sum(1 for line in log if "," in line.split("upstream_status=", 1)[-1])
 
 
-def access_log_offset(fleet: Fleet, name: str = "access.log") -> int:
+def log_offset(fleet: Fleet, name: str = "access.log") -> int:
+    """The size of one of the front door's logs now: where this event's lines begin."""
     path = fleet.door.paths.logs / name
     return path.stat().st_size if path.exists() else 0
 
@@ -162,7 +163,7 @@ def under_load(
     action: Callable[[], dict[str, Any]],
 ) -> dict[str, Any]:
     """Run `action` inside a steady load with `settle` seconds either side; add the load's outcome."""
-    offset, error_offset = access_log_offset(fleet), access_log_offset(fleet, "error.log")
+    offset, error_offset = log_offset(fleet), log_offset(fleet, "error.log")
     label = f"{time.time_ns():x}"
     with front_door_load(fleet, key_file, concurrency, options, label) as load:
         time.sleep(settle)
