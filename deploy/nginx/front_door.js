@@ -46,7 +46,8 @@ function libretranslateHealthy(r) {
 const TRIES = @@TRIES@@;
 const RETRY_WINDOW_MS = @@RETRY_WINDOW_S@@ * 1000;
 // Headers that describe the replica's connection, not the answer: nginx sets its own.
-const HOP_HEADERS = ['connection', 'keep-alive', 'transfer-encoding', 'content-length'];
+// ts_stream_next is TorchServe's own, between its frontend and worker.
+const HOP_HEADERS = ['connection', 'keep-alive', 'transfer-encoding', 'content-length', 'ts_stream_next'];
 
 // POST /predictions/zh_en[/<version>], /v1/models/zh_en:predict, /v2/models/zh_en/infer.
 async function answer(r) {
@@ -62,6 +63,28 @@ async function answer(r) {
 // (@libretranslate): the body libretranslate() rebuilt, to the native route (libretranslate_stage.conf).
 async function answerLibretranslate(r) {
     await answerWhole(r, '/_replicas_libretranslate', '', 400);
+}
+
+// The body filter of @replicas_stream: a stream cut by a dead replica or worker ends with an explicit
+// error line. A stream ends normally with a last buffer. When the replica's connection ends without
+// one (it broke off, or stalled past the read timeout), nginx finalizes its side and then sends only
+// an empty flush, never a last buffer, and closes the connection: a client would see a truncated
+// stream and have to guess. Here that flush, which is the only empty non-last buffer seen after the
+// upstream's response time is set, becomes one more NDJSON line and the stream's proper end.
+const STREAM_CUT = '{"code": 502, "type": "StreamCut", "message": "The replica answering this stream '
+    + 'stopped before its end. The sentences above are complete; send the request again for the rest '
+    + '(a translation is the same every time)."}\n';
+
+function endCutStream(r, data, flags) {
+    // "0.002, -" while a retried request streams from its second replica: the last one counts.
+    const times = (r.variables.upstream_response_time || '-').split(', ');
+    const finished = times[times.length - 1] !== '-';
+    if (!flags.last && data.length === 0 && finished && r.status === 200) {
+        r.warn(`stream from ${r.variables.upstream_addr} cut off; ended with an error line`);
+        r.sendBuffer(STREAM_CUT, {last: true});
+        return;
+    }
+    r.sendBuffer(data, {last: flags.last, flush: true});
 }
 
 // Only the native route streams, and only with a top-level "stream": true. The search is a literal
@@ -435,4 +458,4 @@ function latency(path) {
     return {requests: times.length, p50_ms: rank(0.5), p95_ms: rank(0.95)};
 }
 
-export default { answer, answerLibretranslate, digest, healthy, libretranslate, libretranslateHealthy, status };
+export default { answer, answerLibretranslate, digest, endCutStream, healthy, libretranslate, libretranslateHealthy, status };

@@ -56,11 +56,15 @@ class Stub:
     """A replica stand-in on a free loopback port answering every POST with `status` (or hanging).
 
     `cut_off`: the answer's head and its first bytes go out, then the connection closes, as when a
-    replica dies under continuous batching after its 200 head left (issue 43)."""
+    replica dies under continuous batching after its 200 head left (issue 43).
+    `stream_lines`: an NDJSON stream instead, one chunk per line; with `cut_off` the connection
+    closes after them, and `stall_seconds` waits before the end (a replica that stopped answering)."""
 
     status: int = 200
     hang_seconds: float = 0.0
     cut_off: bool = False
+    stream_lines: tuple[str, ...] = ()
+    stall_seconds: float = 0.0
     body: dict[str, Any] | None = None  # answered instead of the default body
     seen_headers: list[dict[str, str]] = field(default_factory=list)
     seen_requests: list[tuple[str, bytes]] = field(default_factory=list)  # (path with query, body)
@@ -75,6 +79,9 @@ class Stub:
                 stub.seen_requests.append((self.path, received))
                 if stub.hang_seconds:
                     time.sleep(stub.hang_seconds)
+                if stub.stream_lines:
+                    self._stream()
+                    return
                 default = {"code": stub.status, "type": "Stub", "message": f"stub {stub.status}"}
                 body = json.dumps(stub.body if stub.body is not None else default)
                 if stub.cut_off:
@@ -91,6 +98,22 @@ class Stub:
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body.encode())
+
+            def _stream(self) -> None:
+                self.send_response(stub.status)
+                self.send_header("Content-Type", "application/x-ndjson")
+                self.send_header("X-Accel-Buffering", "no")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for line in stub.stream_lines:
+                    chunk = f"{line}\n".encode()
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.flush()
+                time.sleep(stub.stall_seconds)
+                if stub.cut_off:
+                    self.close_connection = True
+                    return
+                self.wfile.write(b"0\r\n\r\n")
 
         self.loopback = Loopback(Handler)
 

@@ -19,6 +19,7 @@ import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -26,6 +27,7 @@ import requests
 from serving import fleet as fleet_cli
 from serving import swap as swap_cli
 from serving.fleet_keys import KeyStore
+from serving.front_door import FrontDoor
 from serving.ports import free_port
 from serving.replica_set import Fleet
 from tests.e2e.conftest_fleet import FLEET_BURST, FLEET_RATE, Stub, front_door
@@ -35,6 +37,12 @@ pytestmark = [pytest.mark.e2e, pytest.mark.long(seconds=37)]
 pytest_plugins = ["tests.e2e.shared_fleet"]  # shared_fleet: one replica for the session
 
 RATE, BURST = FLEET_RATE, FLEET_BURST
+# A streamed answer as the handler writes it: one line per sentence, then the whole response.
+STREAM = (
+    '{"sentence": 0, "translation": "One."}',
+    '{"sentence": 1, "translation": "Two."}',
+    '{"translation": "One. Two.", "stats": {}}',
+)
 BIG = b'{"text": "' + "你".encode() * 700_000 + b'"}'  # 2.1 MB
 ROUTES = (
     "/predictions/zh_en",
@@ -104,6 +112,9 @@ def stubs() -> Iterator[dict[str, Stub]]:
         "versionless": Stub(404),
         "hanging": Stub(200, hang_seconds=2),
         "cut": Stub(200, cut_off=True),
+        "stream_whole": Stub(200, stream_lines=STREAM),
+        "stream_cut": Stub(200, stream_lines=STREAM[:2], cut_off=True),
+        "stream_stalled": Stub(200, stream_lines=STREAM[:2], stall_seconds=3),
         "worker_died": Stub(507),
         # A refusal after the 200 head left (a text past its time budget at render): an error body.
         "late_native": Stub(200, body={"code": 422, "type": "TooCostly", "message": "over the budget"}),
@@ -308,6 +319,44 @@ def test_an_answer_cut_off_after_its_head_is_read_whole_from_another_replica(
     cut, ok = (f"127.0.0.1:{stubs[name].port}" for name in ("cut", "ok"))
     tried_both = [line for line in log if f"upstream={cut}, {ok} upstream_status=200, 200" in line]
     assert tried_both, log[-6:]  # the access log names every replica an answer was read from
+
+
+def stream_lines(door: FrontDoor, key: str) -> list[dict[str, Any]]:
+    """The lines of a streamed translation through `door`; reading fails on a truncated stream."""
+    response = requests.post(
+        f"{door.url}/predictions/zh_en", json={"text": "x", "stream": True}, headers=bearer(key), timeout=30
+    )
+    assert response.status_code == 200 and response.headers["Content-Type"] == "application/x-ndjson"
+    assert "ts_stream_next" not in response.headers  # TorchServe's own header stops at the door
+    return [json.loads(line) for line in response.text.splitlines()]
+
+
+def test_a_whole_stream_goes_through_unchanged(tmp_path: Path, stubs: dict[str, Stub]) -> None:
+    with front_door(tmp_path, [stubs["stream_whole"].port]) as (door, key):
+        assert stream_lines(door, key) == [json.loads(line) for line in STREAM]
+
+
+def test_a_stream_cut_by_a_dead_replica_ends_with_an_explicit_error_line(
+    tmp_path: Path, stubs: dict[str, Stub]
+) -> None:
+    """Its sentences went out as they came, so it cannot be sent elsewhere; the client gets them,
+    then a last line that says the stream was cut, and a properly ended response (issue 43)."""
+    with front_door(tmp_path, [stubs["stream_cut"].port]) as (door, key):
+        lines = stream_lines(door, key)
+        errors = (door.paths.logs / "error.log").read_text()
+    assert lines[:2] == [json.loads(line) for line in STREAM[:2]]
+    assert [line["type"] for line in lines[2:]] == ["StreamCut"] and lines[2]["code"] == 502
+    assert "send the request again" in lines[2]["message"]
+    assert "cut off; ended with an error line" in errors
+
+
+def test_a_stream_that_stalls_past_the_read_timeout_ends_with_the_error_line(
+    tmp_path: Path, stubs: dict[str, Stub]
+) -> None:
+    with front_door(tmp_path, [stubs["stream_stalled"].port], read_timeout_s=1, tries=1) as (door, key):
+        lines = stream_lines(door, key)
+    assert lines[:2] == [json.loads(line) for line in STREAM[:2]]
+    assert [line["type"] for line in lines[2:]] == ["StreamCut"]
 
 
 def test_answers_cut_off_on_every_try_get_a_502_never_a_cut_200(

@@ -25,6 +25,7 @@ from serving.front_door import FrontDoor
 from serving.nginx_conf import FrontDoorConfig, FrontDoorPaths
 from serving.ports import free_port
 from serving.replica_set import Fleet
+from tests.e2e.conftest_fleet import Stub, front_door
 
 pytestmark = pytest.mark.e2e
 pytest_plugins = ["tests.e2e.shared_fleet"]  # shared_fleet: one replica for the session
@@ -181,6 +182,23 @@ def test_a_streamed_document_shows_its_first_sentence_before_its_last_is_done(pa
     assert 0 < shown < len(sentences)
     expect(page.get_by_label("English", exact=True)).not_to_have_value("", timeout=60_000)
     expect(page.locator("#streamed li")).to_have_count(len(sentences))
+
+
+def test_a_cut_stream_keeps_its_sentences_and_says_it_was_cut(page: Page, tmp_path: Path) -> None:
+    """A replica that dies mid-stream (a stub here): the front door ends the stream with an error
+    line (front_door.endCutStream), and the page keeps the sentences that came and shows the line."""
+    lines = tuple(f'{{"sentence": {n}, "translation": "Sentence {n}."}}' for n in range(2))
+    stub = Stub(200, stream_lines=lines, cut_off=True)
+    try:
+        with front_door(tmp_path, [stub.port]) as (door, key):
+            open_with_key(page, f"{door.url}/", key)
+            page.get_by_label("Chinese text").fill("第一句。第二句。第三句。")
+            page.get_by_role("button", name="Translate").click()
+            expect(page.get_by_role("alert")).to_contain_text("The replica answering this stream stopped")
+            expect(page.locator("#streamed li")).to_have_text(["Sentence 0.", "Sentence 1."])
+            expect(page.get_by_label("English", exact=True)).to_have_value("")
+    finally:
+        stub.close()
 
 
 def test_a_wrong_key_shows_the_servers_message(page: Page, site: Site) -> None:
