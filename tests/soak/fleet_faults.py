@@ -14,8 +14,8 @@ For each: requests, failed requests, requests nginx retried on another replica, 
 resent because nginx closed their idle keep-alive connection as it reloaded (never read, so never
 answered; translations are idempotent), and timings.
 The per-key rate limit is lifted for the load key: these runs measure availability, and
-tests/e2e/test_fleet.py checks the rate limit. tests/soak/test_fleet_operations.py runs the same
-functions on the tiny stand-in and asserts zero failures.
+tests/e2e/test_fleet.py checks the rate limit. The chaos soak (tests.soak.chaos, in
+tests/soak/test_fleet_operations.py) runs the same functions on the tiny stand-in and asserts zero lost.
 """
 
 from __future__ import annotations
