@@ -16,7 +16,8 @@ Events, in an order and after pauses drawn from --seed, each as an operator or a
 - replica: SIGKILL a replica's frontend and workers, then restart it;
 - nginx: SIGKILL every nginx worker process (the master starts new ones);
 - swap: roll the default version to the other variant on every replica (serving.fleet roll);
-- drain: remove a replica (nginx reloads, in-flight requests finish, it stops), then add one.
+- drain: add a replica (three now), then remove one of the others (nginx reloads, in-flight requests
+  finish, it stops).
 
 A request's outcome, as its client sees it:
 - answered: a 200 with its translation (a stream: its last line is the whole response);
@@ -26,8 +27,9 @@ A request's outcome, as its client sees it:
 - lost: anything else (no answer in time, a cut answer, a 200 whose body is an error or no
   translation, an error that is not JSON).
 A client resends a request once when its connection closed before any byte of an answer came
-back (an nginx reload closes idle keep-alive connections; a killed nginx worker takes its
-connections): a translation is idempotent. The outcome is the resend's, marked as resent.
+back, or a stream's before its first line (an nginx reload closes idle keep-alive connections; a
+killed nginx worker takes its connections): a translation is idempotent, and nothing of the answer
+was used. The outcome is the resend's, marked as resent.
 Afterwards up to SPOT_CHECKS answers per kind, from after the last version change, are asked for
 again: a different answer is counted as lost too (an answer given to the wrong request).
 Localhost only; bounded by the events (each waits for recovery) and SETTLE_S either side.
@@ -108,6 +110,10 @@ def texts(label: str, count: int) -> Iterator[list[str]]:
         yield [f"{text[:-1]}{label}{n + i}{text[-1]}" for i, text in enumerate(group)]
 
 
+class BrokeBeforeALine(requests.ConnectionError):
+    """A stream whose connection broke after its head and before its first line."""
+
+
 # What _ask returns: (HTTP status, outcome, detail, translation); requests' errors when the
 # connection broke.
 Asked = tuple[int, str, str, str | None]
@@ -148,7 +154,7 @@ class Client:
             try:
                 asked = self._ask(session, body)
             except requests.ConnectionError as error:
-                if not unanswered(error):
+                if not (unanswered(error) or isinstance(error, BrokeBeforeALine)):
                     raise
                 resent = True
                 asked = self._ask(requests.Session(), body)  # on a new connection: the old one is gone
@@ -184,7 +190,9 @@ class Client:
             for line in response.iter_lines():
                 if line:
                     lines.append(_json(line.decode()))
-        except requests.RequestException as error:  # its 200 head came: nothing to resend blindly
+        except requests.RequestException as error:
+            if not lines:  # only its head came: no sentence was used, so the client may resend
+                raise BrokeBeforeALine(str(error)) from error
             return 200, "reset", f"after {len(lines)} lines: {str(error)[:100]}", None
         last = lines[-1] if lines else {}
         if "translation" in last and "stats" in last:
@@ -255,10 +263,11 @@ def swap_variant(fleet: Fleet, rng: random.Random) -> dict[str, Any]:
 
 
 def drain_replica(fleet: Fleet, rng: random.Random) -> dict[str, Any]:
-    name = rng.choice(fleet.names())
-    removed = remove_replica_under_load(fleet, name)
+    """Grow to one more replica, then drain one of the others: the front door spans three a while."""
+    others = fleet.names()
     added = add_replica_under_load(fleet)
-    return {"removed": removed, "added": added}
+    removed = remove_replica_under_load(fleet, rng.choice(others))
+    return {"added": added, "removed": removed}
 
 
 ACTIONS: dict[str, Callable[[Fleet, random.Random], dict[str, Any]]] = {
