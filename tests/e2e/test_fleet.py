@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import stat
 import threading
 import time
@@ -28,7 +29,6 @@ from serving import fleet as fleet_cli
 from serving import swap as swap_cli
 from serving.fleet_keys import KeyStore
 from serving.front_door import FrontDoor
-from serving.ports import free_port
 from serving.replica_set import Fleet
 from tests.e2e.conftest_fleet import FLEET_BURST, FLEET_RATE, Stub, front_door
 from tests.waiting import WaitTimeout, wait_until
@@ -73,6 +73,11 @@ NOT_ROUTED = [
     ("GET", "/site/key_file.json"),
     ("GET", "/_replica_metrics/8082"),
 ]
+
+
+def bound_port(sock: socket.socket) -> int:
+    sock.bind(("127.0.0.1", 0))
+    return int(sock.getsockname()[1])
 
 
 def bearer(key: str) -> dict[str, str]:
@@ -288,9 +293,9 @@ def test_the_client_key_never_reaches_a_replica(tmp_path: Path, stubs: dict[str,
 def test_a_dead_busy_or_versionless_replica_is_retried_on_another(
     tmp_path: Path, stubs: dict[str, Stub]
 ) -> None:
-    dead = free_port()  # nothing listens there
-    ports = [dead, stubs["busy"].port, stubs["versionless"].port, stubs["ok"].port]
-    with front_door(tmp_path, ports, tries=4) as (door, key):
+    refusing = socket.socket()  # bound, never listening: nothing answers there
+    ports = [bound_port(refusing), stubs["busy"].port, stubs["versionless"].port, stubs["ok"].port]
+    with refusing, front_door(tmp_path, ports, tries=4) as (door, key):
         statuses = [
             requests.post(
                 f"{door.url}/predictions/zh_en", json={"text": "x"}, headers=bearer(key)
@@ -417,7 +422,9 @@ def test_a_500_is_passed_through_not_retried(tmp_path: Path, stubs: dict[str, St
 
 
 def test_no_replica_answers_502_and_healthz_503(tmp_path: Path) -> None:
-    with front_door(tmp_path, [free_port()]) as (door, key):
+    # A port bound and never listening: connections to it are refused, and no other process can take
+    # it meanwhile (a port only found free could be, by another test's server).
+    with socket.socket() as refusing, front_door(tmp_path, [bound_port(refusing)]) as (door, key):
         response = requests.post(f"{door.url}/predictions/zh_en", json={"text": "x"}, headers=bearer(key))
         assert_error(response, 502, "BadGateway")
         assert response.headers["Retry-After"] == "1"
