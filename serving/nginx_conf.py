@@ -68,6 +68,9 @@ class FrontDoorConfig:
     # address, under the per-key rate counted per address; a wrong key is still refused. For a private
     # network only; off by default, and only an explicit flag turns it on.
     keyless: bool = False
+    # /translate_file's translations wait this long for their download, at most this many at once.
+    download_ttl_s: int = 1800
+    downloads_kept: int = 1000
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[\w.\[\]:-]+:\d+", self.listen):
@@ -184,6 +187,8 @@ def render(config: FrontDoorConfig, paths: FrontDoorPaths, template_dir: Path = 
         # no key is a missing key (LibreTranslate's 400, our 401).
         "NO_KEY_CLIENT": '"address:$remote_addr"' if config.keyless else '""',
         "KEY_REQUIRED": "false" if config.keyless else "true",
+        "DOWNLOAD_TTL_S": str(config.download_ttl_s),
+        "DOWNLOADS_KEPT": str(config.downloads_kept),
     }
     for sub in (paths.conf_dir, paths.logs, paths.run_dir / "tmp"):
         sub.mkdir(parents=True, exist_ok=True)

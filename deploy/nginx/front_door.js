@@ -105,6 +105,25 @@ function streamed(body) {
 // from here, which njs 0.7 cannot resend when nginx retries on the next replica. `lateStatus`: the
 // route's status for a refusal that came after the replica's 200 head (see lateError).
 async function answerWhole(r, uri, args, lateStatus) {
+    const reply = await wholeAnswer(r, uri, args);
+    if (reply.parsed === undefined) {
+        // nginx's own 502 or 504 (the client's location answers it, with its JSON and Retry-After:
+        // json_errors.conf, libretranslate_errors.conf), or every try cut off: a 502, never a cut 200.
+        r.return(reply.status);
+        return;
+    }
+    for (const name in reply.headersOut) {
+        if (HOP_HEADERS.indexOf(name.toLowerCase()) < 0) {
+            r.headersOut[name] = reply.headersOut[name];
+        }
+    }
+    r.return(reply.status === 200 ? lateError(reply.parsed, lateStatus) || 200 : reply.status, reply.text);
+}
+
+// The replica's whole answer to this request: {status, text, parsed, headersOut}. `parsed` is
+// undefined, and `status` 502 or 504, when none came whole: nginx's own 502/504 (no replica
+// answered, or none in time), or every try cut off.
+async function wholeAnswer(r, uri, args) {
     const started = Date.now();
     const upstreams = [];
     const statuses = [];
@@ -117,10 +136,7 @@ async function answerWhole(r, uri, args, lateStatus) {
         r.variables.door_upstream_statuses = statuses.join(', ');
         const text = reply.responseText || '';
         if (reply.status === 502 || reply.status === 504) {
-            // nginx's own: no replica answered, or none in time. The client's location answers it,
-            // with its JSON and its Retry-After (json_errors.conf, libretranslate_errors.conf).
-            r.return(reply.status);
-            return;
+            return {status: reply.status, parsed: undefined};
         }
         const parsed = parsedJson(text);
         const again = attempt < TRIES && Date.now() - started < RETRY_WINDOW_MS;
@@ -133,18 +149,11 @@ async function answerWhole(r, uri, args, lateStatus) {
             continue;
         }
         if (parsed !== undefined) {
-            for (const name in reply.headersOut) {
-                if (HOP_HEADERS.indexOf(name.toLowerCase()) < 0) {
-                    r.headersOut[name] = reply.headersOut[name];
-                }
-            }
-            r.return(reply.status === 200 ? lateError(parsed, lateStatus) || 200 : reply.status, text);
-            return;
+            return {status: reply.status, text: text, parsed: parsed, headersOut: reply.headersOut};
         }
         if (!again) {
             r.error(`answer cut off on ${attempt} attempt(s): ${upstreams.join(', ')}`);
-            r.return(502);
-            return;
+            return {status: 502, parsed: undefined};
         }
         r.warn(`answer from ${upstreams[upstreams.length - 1]} cut off; trying a replica again`);
     }
@@ -206,11 +215,16 @@ const MAX_BOUNDARY = 70;
 // one ended, and the multipart bounds above hold before a part is read. tests/e2e/
 // test_front_door_abuse.py sends the inputs that would break each of these.
 function libretranslate(r) {
-    const route = r.uri.slice(1);  // "translate" or "detect": the location matches nothing else
+    // "translate", "detect" or "translate_file": the location matches nothing else
+    const route = r.uri.slice(1);
     let request;
     try {
         const query = firstValues(querystring.parse(r.headersIn['X-Query'] || ''));
-        request = isJson(r) ? jsonRequest(r.requestText || '', route) : formRequest(r, query, route);
+        if (route === 'translate_file') {
+            request = fileRequest(r, query);
+        } else {
+            request = isJson(r) ? jsonRequest(r.requestText || '', route) : formRequest(r, query, route);
+        }
         if (Buffer.byteLength(request.body) > BODY_LIMIT) {  // a replica would answer a bare 413
             throw new Error('Invalid request: request body over ' + BODY_LIMIT / 1024 + ' KiB');
         }
@@ -221,6 +235,11 @@ function libretranslate(r) {
     r.variables.body_key = request.key;
     r.variables.libretranslate_body = request.body;
     r.variables.libretranslate_type = request.type;
+    if (route === 'translate_file') {
+        r.variables.download_name = request.downloadName;
+        r.internalRedirect('@libretranslate_file');
+        return;
+    }
     r.internalRedirect('@libretranslate');
 }
 
@@ -296,6 +315,199 @@ function formRequest(r, query, route) {
     };
 }
 
+// POST /translate_file (LibreTranslate's translate_file(): a multipart form, the file in "file",
+// source and target as fields or in the query string). The file's text goes to the native route in
+// the format its extension names, so a subtitle keeps its cues and a page its markup; the answer is
+// kept for DOWNLOAD_TTL_S under a random name, for this client only (answerLibretranslateFile).
+// UTF-8 text only: the whole body must decode as UTF-8 (a file in GBK gets a 400 that says so).
+// Extensions as /frontend/settings lists them (libretranslate.conf).
+const FILE_FORMATS = {
+    '.txt': 'text', '.html': 'html', '.htm': 'html', '.srt': 'srt', '.vtt': 'vtt', '.md': 'markdown',
+};
+const FILE_TYPES = {
+    text: 'text/plain', html: 'text/html', srt: 'application/x-subrip', vtt: 'text/vtt',
+    markdown: 'text/markdown',
+};
+const DOWNLOAD_DIR = '@@WORKER_DIR@@/downloads';
+const DOWNLOAD_TTL_S = @@DOWNLOAD_TTL_S@@;
+const DOWNLOADS_KEPT = @@DOWNLOADS_KEPT@@;
+const MAX_NAME = 100;  // characters of a download's name
+
+function fileRequest(r, query) {
+    if (mediaType(r) !== 'multipart/form-data') {
+        throw new Error('Invalid request: missing file parameter');
+    }
+    let text;
+    try {
+        text = new TextDecoder('utf-8', {fatal: true}).decode(r.requestBuffer || Buffer.alloc(0));
+    } catch (e) {
+        throw new Error('Invalid request: the file is not UTF-8 text');
+    }
+    const form = multipartParts(text, r.headersIn['Content-Type']);
+    const fields = Object.assign({}, form.fields, query);
+    const file = form.files.file;
+    if (file === undefined) {
+        throw new Error('Invalid request: missing file parameter');
+    }
+    ['source', 'target'].forEach((name) => {
+        if (!fields[name]) {
+            throw new Error('Invalid request: missing ' + name + ' parameter');
+        }
+    });
+    if (file.filename === '') {
+        throw new Error('Invalid request: empty file');
+    }
+    const dot = file.filename.lastIndexOf('.');
+    const format = dot < 0 ? undefined : FILE_FORMATS[file.filename.slice(dot).toLowerCase()];
+    if (format === undefined) {
+        throw new Error('Invalid request: file format not supported');
+    }
+    checkLanguage(fields.source, ['auto', 'zh', 'zt', 'zho', 'chi', 'cmn']);
+    checkLanguage(fields.target, ['en', 'eng']);
+    const content = file.content.startsWith('\uFEFF') ? file.content.slice(1) : file.content;
+    return {
+        key: fields.api_key || '',
+        body: JSON.stringify({text: content, format: format}),
+        type: 'application/json',
+        downloadName: safeName(file.filename, file.filename.slice(dot).toLowerCase()),
+    };
+}
+
+// A language code as clients send it (any case, - or _, a script or region after it): its first
+// subtag must be one of `accepted` (handlers/wire/libretranslate.py reads /translate's codes alike).
+function checkLanguage(code, accepted) {
+    const first = String(code).split(/[-_]/, 1)[0].toLowerCase();
+    if (accepted.indexOf(first) < 0) {
+        throw new Error(String(code).slice(0, 40) + ' is not supported');
+    }
+}
+
+// The client's file name as a download name, as werkzeug's secure_filename makes one (LibreTranslate
+// names its downloads so): ASCII letters, digits, "_", "." and "-" only, no leading dot.
+function safeName(filename, extension) {
+    const base = filename.split(/[\/\\]/).pop().replace(/\s+/g, '_').replace(/[^A-Za-z0-9_.-]/g, '');
+    const trimmed = base.replace(/^[._]+/, '').slice(-MAX_NAME);
+    return trimmed.toLowerCase().endsWith(extension) ? trimmed : 'file' + extension;
+}
+
+// @libretranslate_file: the translation, read whole from a replica (retried as every answer is),
+// kept as a download for this client; LibreTranslate's {"translatedFileUrl": ...} or its {"error"}.
+async function answerLibretranslateFile(r) {
+    const reply = await wholeAnswer(r, '/_replicas_libretranslate', '');
+    if (reply.status === 502 || reply.status === 504) {
+        r.return(reply.status);  // nginx's own: libretranslate_errors.conf words it
+        return;
+    }
+    const parsed = reply.parsed;
+    const failed = reply.status !== 200 ? reply.status : lateError(parsed, 400);
+    if (failed) {
+        // As /translate: every refusal is LibreTranslate's 400 (over a limit, Japanese text, ...).
+        const message = parsed && (parsed.message || parsed.error);
+        r.return(failed < 500 ? 400 : failed, JSON.stringify({error: String(message || 'translation failed')}) + '\n');
+        return;
+    }
+    if (typeof parsed.translation !== 'string') {
+        r.error('a replica answered /translate_file without a translation');
+        r.return(502);
+        return;
+    }
+    const name = r.variables.download_name;
+    const id = r.variables.request_id;  // 128 random bits, new for every request
+    try {
+        if (!keepDownload(id, {client: r.variables.client_id, name: name, format: formatOf(name),
+                               expires: Date.now() / 1000 + DOWNLOAD_TTL_S}, parsed.translation)) {
+            r.headersOut['Retry-After'] = '60';
+            r.return(503, '{"error": "Too many translated files wait for download; try again later"}\n');
+            return;
+        }
+    } catch (e) {
+        r.error(`cannot keep a download in ${DOWNLOAD_DIR}: ${e.message}`);
+        r.return(500);
+        return;
+    }
+    const url = `${r.headersIn['X-Forwarded-Proto']}://${r.headersIn['X-Forwarded-Host']}/download_file/${id}.${name}`;
+    r.return(200, JSON.stringify({translatedFileUrl: url}) + '\n');
+}
+
+function formatOf(name) {
+    return FILE_FORMATS[name.slice(name.lastIndexOf('.')).toLowerCase()];
+}
+
+// Writes <id> (the translation) and <id>.json (whose, its name, when it expires), after removing
+// what expired. False when DOWNLOADS_KEPT are still waiting: the directory never grows past it.
+function keepDownload(id, meta, translation) {
+    try {
+        fs.mkdirSync(DOWNLOAD_DIR, {mode: 0o700});
+    } catch (e) {
+        if (e.code !== 'EEXIST') {
+            throw e;
+        }
+    }
+    const now = Date.now() / 1000;
+    let waiting = 0;
+    fs.readdirSync(DOWNLOAD_DIR).forEach((entry) => {
+        if (!entry.endsWith('.json')) {
+            return;
+        }
+        const path = `${DOWNLOAD_DIR}/${entry}`;
+        try {
+            if (fs.statSync(path).mtimeMs / 1000 + DOWNLOAD_TTL_S < now) {
+                fs.unlinkSync(path);
+                fs.unlinkSync(path.slice(0, -5));
+            } else {
+                waiting++;
+            }
+        } catch (e) {
+            // removed meanwhile by another worker
+        }
+    });
+    if (waiting >= DOWNLOADS_KEPT) {
+        return false;
+    }
+    fs.writeFileSync(`${DOWNLOAD_DIR}/${id}`, translation);
+    fs.writeFileSync(`${DOWNLOAD_DIR}/${id}.json`, JSON.stringify(meta));
+    return true;
+}
+
+// GET /download_file/<id>.<name> (@libretranslate_download, after the key check): the file, to the
+// client that asked for it, until it expires. Anything else is a 404, so that no one learns
+// whether another client's file exists.
+function serveDownload(r) {
+    const notFound = '{"error": "Not Found"}\n';
+    const match = /^\/download_file\/([0-9a-f]{32})\.([A-Za-z0-9_.-]{1,100})$/.exec(r.uri);
+    let meta;
+    try {
+        meta = match && JSON.parse(fs.readFileSync(`${DOWNLOAD_DIR}/${match[1]}.json`));
+    } catch (e) {
+        meta = null;
+    }
+    if (!meta || meta.client !== r.variables.client_id || meta.name !== match[2]
+            || meta.expires < Date.now() / 1000) {
+        r.return(404, notFound);
+        return;
+    }
+    let content;
+    try {
+        content = fs.readFileSync(`${DOWNLOAD_DIR}/${match[1]}`);
+    } catch (e) {
+        r.return(404, notFound);
+        return;
+    }
+    r.headersOut['Content-Type'] = FILE_TYPES[meta.format] + '; charset=utf-8';
+    r.headersOut['Content-Disposition'] = `attachment; filename="${meta.name}"`;
+    r.headersOut['Cache-Control'] = 'no-store';
+    r.return(200, content);
+}
+
+// GET /download_file/...: the key where LibreTranslate's routes take it (api_key in the query
+// string, or the bearer token), set aside as libretranslate() does, then checked at
+// @libretranslate_download.
+function download(r) {
+    const query = firstValues(querystring.parse(r.headersIn['X-Query'] || ''));
+    r.variables.body_key = query.api_key || '';
+    r.internalRedirect('@libretranslate_download');
+}
+
 // A repeated field counts once, with its first value (werkzeug's MultiDict.get).
 function firstValues(parsed) {
     const fields = {};
@@ -306,9 +518,15 @@ function firstValues(parsed) {
 }
 
 // The text fields of a multipart/form-data body; file parts are not fields (request.values skips
-// them). One split on the delimiter, stopped after MAX_PARTS parts; each part's header is looked for
-// only within its first MAX_PART_HEAD characters.
+// them).
 function multipartFields(text, contentType) {
+    return multipartParts(text, contentType).fields;
+}
+
+// A multipart/form-data body's text fields ({name: value}) and files ({name: {filename, content}}),
+// the first of each name. One split on the delimiter, stopped after MAX_PARTS parts; each part's
+// header is looked for only within its first MAX_PART_HEAD characters.
+function multipartParts(text, contentType) {
     const boundary = headerParameters(contentType)[1].boundary || '';
     if (!boundary || boundary.length > MAX_BOUNDARY) {
         throw new Error('Invalid request: multipart/form-data needs a boundary of 1 to '
@@ -320,6 +538,7 @@ function multipartFields(text, contentType) {
         throw new Error('Invalid request: multipart form with over ' + MAX_PARTS + ' parts');
     }
     const fields = {};
+    const files = {};
     for (let i = 1; i < pieces.length; i++) {
         const part = pieces[i];
         if (part.startsWith('--')) {
@@ -334,12 +553,14 @@ function multipartFields(text, contentType) {
             continue;  // no header: not a field
         }
         const field = partField(part.slice(0, end));
-        if (field.name !== undefined && !field.file && fields[field.name] === undefined) {
+        const named = field.file ? files : fields;
+        if (field.name !== undefined && named[field.name] === undefined) {
             const value = part.slice(end + 4);
-            fields[field.name] = value.endsWith('\r\n') ? value.slice(0, -2) : value;
+            const content = value.endsWith('\r\n') ? value.slice(0, -2) : value;
+            named[field.name] = field.file ? {filename: field.filename, content: content} : content;
         }
     }
-    return fields;
+    return {fields: fields, files: files};
 }
 
 // A part's name, and whether it is a file, from its Content-Disposition header line. A line ends at
@@ -359,9 +580,10 @@ function partField(head) {
         return {
             name: parameters.name,
             file: parameters.filename !== undefined || parameters['filename*'] !== undefined,
+            filename: parameters.filename || '',
         };
     }
-    return {name: undefined, file: false};
+    return {name: undefined, file: false, filename: ''};
 }
 
 // GET /status/metrics (site.conf, keyed): what the status page plots, as JSON. Each replica's
@@ -458,4 +680,4 @@ function latency(path) {
     return {requests: times.length, p50_ms: rank(0.5), p95_ms: rank(0.95)};
 }
 
-export default { answer, answerLibretranslate, digest, endCutStream, healthy, libretranslate, libretranslateHealthy, status };
+export default { answer, answerLibretranslate, answerLibretranslateFile, digest, download, endCutStream, healthy, libretranslate, libretranslateHealthy, serveDownload, status };

@@ -7,6 +7,7 @@ every loop bounded in count and time.
 from __future__ import annotations
 
 import http.client
+import json
 import socket
 import threading
 import time
@@ -128,6 +129,37 @@ def test_njs_parses_adversarial_bodies_in_linear_time(door_and_key: tuple[FrontD
     headers = {**request["headers"], "Authorization": f"Bearer {key}"}
     answer = timed_post(f"{door.url}/translate", data=request["data"], headers=headers)
     assert answer.status == status and message in answer.body, answer
+    assert answer.seconds < BUDGET_S, answer.seconds
+
+
+def file_part(filename: str, content: str) -> dict[str, Any]:
+    head = f'--b\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n\r\n'
+    body = f"{head}{content}\r\n--b--\r\n"
+    return multipart("b", body)
+
+
+# /translate_file reads the file part too, and makes a download name of its file name.
+FILE_ADVERSARIAL: dict[str, dict[str, Any]] = {
+    **{
+        name: request
+        for name, (request, _, _) in ADVERSARIAL.items()
+        if "multipart" in str(request["headers"])
+    },
+    "a file name of slashes, dots and spaces": file_part("/. \\" * 250 + ".txt", "x"),
+    "a file of line breaks of every kind": file_part("a.txt", "\r\n\r\r\n\n" * (N // 6)),
+    "a file of almost-boundaries": file_part("a.txt", "\r\n--" * (N // 4)),
+}
+
+
+@pytest.mark.parametrize("name", list(FILE_ADVERSARIAL))
+def test_njs_reads_adversarial_files_in_linear_time(door_and_key: tuple[FrontDoor, str], name: str) -> None:
+    door, key = door_and_key
+    request = FILE_ADVERSARIAL[name]
+    headers = {**request["headers"], "Authorization": f"Bearer {key}"}
+    url = f"{door.url}/translate_file?source=zh&target=en"
+    answer = timed_post(url, data=request["data"], headers=headers)
+    # The stub replica answers no translation: a file that got through ends at its 502.
+    assert answer.status in (400, 502) and set(json.loads(answer.body)) == {"error"}, answer
     assert answer.seconds < BUDGET_S, answer.seconds
 
 

@@ -216,9 +216,10 @@ def test_health_and_suggest_answer_as_libretranslate_does(door: FrontDoor) -> No
         {"error": "Suggestions are disabled on this server."},
     )
     assert requests.options(f"{door.url}/suggest", timeout=30).status_code == 204
-    # Not served yet (docs/API.md): a plain 404, and /frontend/settings says files are off.
-    assert requests.post(f"{door.url}/translate_file", timeout=30).status_code == 404
-    assert requests.get(f"{door.url}/frontend/settings", timeout=30).json()["filesTranslation"] is False
+    # Files (test_libretranslate_files.py): /frontend/settings offers the formats that round trip.
+    settings = requests.get(f"{door.url}/frontend/settings", timeout=30).json()
+    assert settings["filesTranslation"] is True
+    assert settings["supportedFilesFormat"] == [".txt", ".html", ".htm", ".srt", ".vtt", ".md"]
 
 
 def test_spec_answers_our_openapi_document_as_json(door: FrontDoor) -> None:
