@@ -124,6 +124,8 @@ def stubs() -> Iterator[dict[str, Stub]]:
         # A refusal after the 200 head left (a text past its time budget at render): an error body.
         "late_native": Stub(200, body={"code": 422, "type": "TooCostly", "message": "over the budget"}),
         "late_kserve": Stub(200, body={"error": "over the budget"}),
+        "big": Stub(200, body={"translation": "x" * 300_000}),
+        "big_cut": Stub(200, body={"translation": "x" * 300_000}, cut_off=True),
     }
     yield made
     for stub in made.values():
@@ -362,6 +364,18 @@ def test_a_stream_that_stalls_past_the_read_timeout_ends_with_the_error_line(
         lines = stream_lines(door, key)
     assert lines[:2] == [json.loads(line) for line in STREAM[:2]]
     assert [line["type"] for line in lines[2:]] == ["StreamCut"]
+
+
+def test_an_answer_of_300_kb_is_read_whole_and_a_cut_one_is_retried(
+    tmp_path: Path, stubs: dict[str, Stub]
+) -> None:
+    """Far past nginx's proxy buffers: read whole (an in-memory subrequest that buffered hung here)."""
+    whole = json.dumps({"translation": "x" * 300_000})
+    with front_door(tmp_path, [stubs["big_cut"].port, stubs["big"].port]) as (door, key):
+        for route in ("/predictions/zh_en", "/translate"):
+            body = {"text": "x"} if route != "/translate" else {"q": "x", "source": "zh", "target": "en"}
+            response = requests.post(f"{door.url}{route}", json=body, headers=bearer(key), timeout=30)
+            assert (response.status_code, response.text) == (200, whole), response.text[:200]
 
 
 def test_answers_cut_off_on_every_try_get_a_502_never_a_cut_200(
