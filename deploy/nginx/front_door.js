@@ -316,17 +316,23 @@ function formRequest(r, query, route) {
 }
 
 // POST /translate_file (LibreTranslate's translate_file(): a multipart form, the file in "file",
-// source and target as fields or in the query string). The file's text goes to the native route in
-// the format its extension names, so a subtitle keeps its cues and a page its markup; the answer is
-// kept for DOWNLOAD_TTL_S under a random name, for this client only (answerLibretranslateFile).
-// UTF-8 text only: the whole body must decode as UTF-8 (a file in GBK gets a 400 that says so).
+// source and target as fields or in the query string). The file goes to the native route in the
+// format its extension names, so a subtitle keeps its cues, a page its markup and a Word file its
+// runs; the answer is kept for DOWNLOAD_TTL_S under a random name, for this client only
+// (answerLibretranslateFile). A text format must be UTF-8 (a file in GBK gets a 400 that says so);
+// .docx and .odt travel as base64 (handlers/text/office.py reads them).
 // Extensions as /frontend/settings lists them (libretranslate.conf).
 const FILE_FORMATS = {
     '.txt': 'text', '.html': 'html', '.htm': 'html', '.srt': 'srt', '.vtt': 'vtt', '.md': 'markdown',
+    '.docx': 'docx', '.odt': 'odt',
 };
+const BINARY_FORMATS = ['docx', 'odt'];
 const FILE_TYPES = {
-    text: 'text/plain', html: 'text/html', srt: 'application/x-subrip', vtt: 'text/vtt',
-    markdown: 'text/markdown',
+    text: 'text/plain; charset=utf-8', html: 'text/html; charset=utf-8',
+    srt: 'application/x-subrip; charset=utf-8', vtt: 'text/vtt; charset=utf-8',
+    markdown: 'text/markdown; charset=utf-8',
+    docx: 'application/vnd.openxmlformats-officedocument.wordprocessingml.document',
+    odt: 'application/vnd.oasis.opendocument.text',
 };
 const DOWNLOAD_DIR = '@@WORKER_DIR@@/downloads';
 const DOWNLOAD_TTL_S = @@DOWNLOAD_TTL_S@@;
@@ -337,13 +343,7 @@ function fileRequest(r, query) {
     if (mediaType(r) !== 'multipart/form-data') {
         throw new Error('Invalid request: missing file parameter');
     }
-    let text;
-    try {
-        text = new TextDecoder('utf-8', {fatal: true}).decode(r.requestBuffer || Buffer.alloc(0));
-    } catch (e) {
-        throw new Error('Invalid request: the file is not UTF-8 text');
-    }
-    const form = multipartParts(text, r.headersIn['Content-Type']);
+    const form = multipartBuffer(r.requestBuffer || Buffer.alloc(0), r.headersIn['Content-Type']);
     const fields = Object.assign({}, form.fields, query);
     const file = form.files.file;
     if (file === undefined) {
@@ -358,19 +358,77 @@ function fileRequest(r, query) {
         throw new Error('Invalid request: empty file');
     }
     const dot = file.filename.lastIndexOf('.');
-    const format = dot < 0 ? undefined : FILE_FORMATS[file.filename.slice(dot).toLowerCase()];
+    const extension = dot < 0 ? '' : file.filename.slice(dot).toLowerCase();
+    const format = FILE_FORMATS[extension];
     if (format === undefined) {
         throw new Error('Invalid request: file format not supported');
     }
     checkLanguage(fields.source, ['auto', 'zh', 'zt', 'zho', 'chi', 'cmn']);
     checkLanguage(fields.target, ['en', 'eng']);
-    const content = file.content.startsWith('\uFEFF') ? file.content.slice(1) : file.content;
+    let content;
+    if (BINARY_FORMATS.indexOf(format) >= 0) {
+        content = file.bytes.toString('base64');
+    } else {
+        try {
+            content = new TextDecoder('utf-8', {fatal: true}).decode(file.bytes);
+        } catch (e) {
+            throw new Error('Invalid request: the file is not UTF-8 text');
+        }
+        content = content.startsWith('\uFEFF') ? content.slice(1) : content;
+    }
     return {
         key: fields.api_key || '',
         body: JSON.stringify({text: content, format: format}),
         type: 'application/json',
-        downloadName: safeName(file.filename, file.filename.slice(dot).toLowerCase()),
+        downloadName: safeName(file.filename, extension),
     };
+}
+
+// multipartFields over the body's bytes, for a form that carries a file: the text fields
+// ({name: value}, as UTF-8) and the files ({name: {filename, bytes}}), the first of each name. The
+// same bounds, and every search moves forward from where the last ended.
+function multipartBuffer(body, contentType) {
+    const boundary = headerParameters(contentType)[1].boundary || '';
+    if (!boundary || boundary.length > MAX_BOUNDARY) {
+        throw new Error('Invalid request: multipart/form-data needs a boundary of 1 to '
+                        + MAX_BOUNDARY + ' characters');
+    }
+    const delimiter = Buffer.from('--' + boundary);
+    const utf8 = new TextDecoder('utf-8');
+    const fields = {};
+    const files = {};
+    let at = body.indexOf(delimiter);
+    for (let parts = 0; at >= 0; parts++) {
+        if (parts > MAX_PARTS) {
+            throw new Error('Invalid request: multipart form with over ' + MAX_PARTS + ' parts');
+        }
+        const start = at + delimiter.length;
+        if (body[start] === 45 && body[start + 1] === 45) {
+            break;  // "--": the closing delimiter
+        }
+        const next = body.indexOf(delimiter, start);
+        const part = body.subarray(start, next < 0 ? body.length : next);
+        at = next;
+        const end = part.subarray(0, MAX_PART_HEAD + 4).indexOf('\r\n\r\n');
+        if (end < 0) {
+            if (part.length > MAX_PART_HEAD + 4) {
+                throw new Error('Invalid request: multipart part header over ' + MAX_PART_HEAD
+                                + ' characters');
+            }
+            continue;  // no header: not a field
+        }
+        const field = partField(utf8.decode(part.subarray(0, end)));
+        const named = field.file ? files : fields;
+        if (field.name === undefined || named[field.name] !== undefined) {
+            continue;
+        }
+        let value = part.subarray(end + 4);
+        if (value.length >= 2 && value[value.length - 2] === 13 && value[value.length - 1] === 10) {
+            value = value.subarray(0, value.length - 2);
+        }
+        named[field.name] = field.file ? {filename: field.filename, bytes: value} : utf8.decode(value);
+    }
+    return {fields: fields, files: files};
 }
 
 // A language code as clients send it (any case, - or _, a script or region after it): its first
@@ -464,7 +522,8 @@ function keepDownload(id, meta, translation) {
     if (waiting >= DOWNLOADS_KEPT) {
         return false;
     }
-    fs.writeFileSync(`${DOWNLOAD_DIR}/${id}`, translation);
+    const binary = BINARY_FORMATS.indexOf(meta.format) >= 0;
+    fs.writeFileSync(`${DOWNLOAD_DIR}/${id}`, binary ? Buffer.from(translation, 'base64') : translation);
     fs.writeFileSync(`${DOWNLOAD_DIR}/${id}.json`, JSON.stringify(meta));
     return true;
 }
@@ -493,7 +552,7 @@ function serveDownload(r) {
         r.return(404, notFound);
         return;
     }
-    r.headersOut['Content-Type'] = FILE_TYPES[meta.format] + '; charset=utf-8';
+    r.headersOut['Content-Type'] = FILE_TYPES[meta.format];
     r.headersOut['Content-Disposition'] = `attachment; filename="${meta.name}"`;
     r.headersOut['Cache-Control'] = 'no-store';
     r.return(200, content);
@@ -518,15 +577,9 @@ function firstValues(parsed) {
 }
 
 // The text fields of a multipart/form-data body; file parts are not fields (request.values skips
-// them).
+// them). One split on the delimiter, stopped after MAX_PARTS parts; each part's header is looked for
+// only within its first MAX_PART_HEAD characters.
 function multipartFields(text, contentType) {
-    return multipartParts(text, contentType).fields;
-}
-
-// A multipart/form-data body's text fields ({name: value}) and files ({name: {filename, content}}),
-// the first of each name. One split on the delimiter, stopped after MAX_PARTS parts; each part's
-// header is looked for only within its first MAX_PART_HEAD characters.
-function multipartParts(text, contentType) {
     const boundary = headerParameters(contentType)[1].boundary || '';
     if (!boundary || boundary.length > MAX_BOUNDARY) {
         throw new Error('Invalid request: multipart/form-data needs a boundary of 1 to '
@@ -538,7 +591,6 @@ function multipartParts(text, contentType) {
         throw new Error('Invalid request: multipart form with over ' + MAX_PARTS + ' parts');
     }
     const fields = {};
-    const files = {};
     for (let i = 1; i < pieces.length; i++) {
         const part = pieces[i];
         if (part.startsWith('--')) {
@@ -553,14 +605,12 @@ function multipartParts(text, contentType) {
             continue;  // no header: not a field
         }
         const field = partField(part.slice(0, end));
-        const named = field.file ? files : fields;
-        if (field.name !== undefined && named[field.name] === undefined) {
+        if (field.name !== undefined && !field.file && fields[field.name] === undefined) {
             const value = part.slice(end + 4);
-            const content = value.endsWith('\r\n') ? value.slice(0, -2) : value;
-            named[field.name] = field.file ? {filename: field.filename, content: content} : content;
+            fields[field.name] = value.endsWith('\r\n') ? value.slice(0, -2) : value;
         }
     }
-    return {fields: fields, files: files};
+    return fields;
 }
 
 // A part's name, and whether it is a file, from its Content-Disposition header line. A line ends at

@@ -12,15 +12,19 @@ Nothing here touches the model, so all of it is unit-tested with fake translatio
 
 from __future__ import annotations
 
+import base64
+import binascii
 import html
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal, get_args
 
+from handlers.errors import Unparsable
 from handlers.text.budget import check
 from handlers.text.glossary import NO_GLOSSARY, Glossary
 from handlers.text.markdown import markdown_parts
 from handlers.text.markup import html_segments
+from handlers.text.office import OfficeFormat, OfficeText, read_office
 from handlers.text.protection import Masked, Protected, mask, protect, restore
 from handlers.text.scripts import has_han
 from handlers.text.splitting import Piece, join_sentences, split_text, unwrap_lines
@@ -29,6 +33,10 @@ from handlers.text.wrapping import Lines, put_back, wrap
 
 TextFormat = Literal["text", "html", "srt", "vtt", "markdown"]
 TEXT_FORMATS: tuple[TextFormat, ...] = get_args(TextFormat)
+# Files that are packages, sent as base64: their paragraphs go through the HTML path (office.py).
+DocumentFormat = Literal["text", "html", "srt", "vtt", "markdown", "docx", "odt"]
+DOCUMENT_FORMATS: tuple[DocumentFormat, ...] = get_args(DocumentFormat)
+OFFICE_FORMATS: tuple[OfficeFormat, ...] = get_args(OfficeFormat)
 
 
 @dataclass(frozen=True)
@@ -93,6 +101,8 @@ class Rendered:
 class Document:
     parts: list[str | Run]
     html: bool
+    # A .docx or .odt: `parts` are its paragraphs as HTML, and render() answers the file, as base64.
+    office: OfficeText | None = None
     model_inputs: list[str] = field(init=False)
     _translatable: list[PlannedSentence] = field(init=False, repr=False)
 
@@ -151,10 +161,18 @@ class Document:
                     rendered.append((sentence.copy, False))
                 pairs.append(SentencePair(sentence.source, *rendered[-1]))
             text.append(part.join(rendered))
-        return Rendered("".join(text), pairs, dropped)
+        whole = "".join(text)
+        if self.office is not None:
+            whole = base64.b64encode(self.office.rebuild(whole)).decode("ascii")
+        return Rendered(whole, pairs, dropped)
 
 
-def plan_document(text: str, text_format: TextFormat = "text", glossary: Glossary = NO_GLOSSARY) -> Document:
+def plan_document(
+    text: str, text_format: DocumentFormat = "text", glossary: Glossary = NO_GLOSSARY
+) -> Document:
+    if text_format == "docx" or text_format == "odt":
+        office = read_office(_file_bytes(text, text_format), text_format)
+        return replace(plan_document(office.html, "html", glossary), office=office)
     if text_format == "html":
         parts: list[str | Run] = [
             segment.raw if segment.protected is None else _run(segment.protected, wrapped=True)
@@ -167,6 +185,13 @@ def plan_document(text: str, text_format: TextFormat = "text", glossary: Glossar
         # WebVTT cue text escapes like HTML ("&lt;"); SRT takes the model's text as it is.
         return _wrapped(subtitle_parts(text, text_format, glossary), html=text_format == "vtt")
     return Document([_run(protect(text, into=Protected("", glossary=glossary)))], html=False)
+
+
+def _file_bytes(text: str, text_format: OfficeFormat) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except binascii.Error as error:
+        raise Unparsable(f'a {text_format} file travels as base64 in "text": {error}') from None
 
 
 def _wrapped(parts: list[str | Lines], html: bool) -> Document:

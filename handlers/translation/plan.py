@@ -103,8 +103,12 @@ def plan_request(
     with text_budget(config.text_budget_ms / 1000, "splitting into sentences and markup") as deadline:
         for index, text in enumerate(request.texts):
             deadline.where = f"text {index}" if request.as_list else "text"
+            document = plan_document(text, request.text_format, terms)
+            if document.office is not None:
+                check_file_size(document.office.characters, config)
+                text = document.office.html
             check_language(text, deadline.where)
-            documents.append(plan_document(text, request.text_format, terms))
+            documents.append(document)
     inputs = [sentence for document in documents for sentence in document.model_inputs]
     if len(inputs) > config.max_sentences_per_request:
         raise OverLimit(
@@ -119,6 +123,15 @@ def plan_request(
     planned = PlannedRequest(request, texts, policy)
     policy.check_cost([chunk.ids for s in planned.sentences for chunk in s.chunks], request.options)
     return planned
+
+
+def check_file_size(characters: int, config: HandlerConfig) -> None:
+    """A .docx or .odt counts the characters of its paragraphs to translate, against the request's."""
+    if characters > config.max_chars_per_request:
+        raise OverLimit(
+            f"the file has {characters} characters to translate > max_chars_per_request "
+            f"({config.max_chars_per_request}); send it in parts"
+        )
 
 
 def render(

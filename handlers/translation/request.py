@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from handlers.model.options import GenerationOptions
-from handlers.text.documents import TextFormat
+from handlers.text.documents import DocumentFormat
 
 
 @dataclass(frozen=True)
@@ -14,7 +14,7 @@ class TranslationRequest:
     # True when the client sent a list of texts: the answer then carries a list too.
     as_list: bool
     options: GenerationOptions
-    text_format: TextFormat = "text"
+    text_format: DocumentFormat = "text"  # docx, odt: the text is the file, as base64
     want_sentences: bool = False
     stream: bool = False
     glossary: tuple[tuple[str, str], ...] = ()  # (source term, target term), as sent

@@ -18,7 +18,7 @@ from typing import Any
 
 from handlers.handler_config import HandlerConfig
 from handlers.model.options import GenerationOptions
-from handlers.text.documents import TEXT_FORMATS, TextFormat
+from handlers.text.documents import DOCUMENT_FORMATS, OFFICE_FORMATS, DocumentFormat
 from handlers.translation.request import TranslationRequest
 from handlers.wire.errors import InvalidRequest
 
@@ -59,8 +59,8 @@ def native_request(payload: Any, config: HandlerConfig) -> TranslationRequest:
         alternatives=_option(payload, "alternatives") or 0,
     )
     text_format = payload.get("format", "text")
-    if text_format not in TEXT_FORMATS:
-        raise InvalidRequest(f'"format" must be one of {list(TEXT_FORMATS)}, got {text_format!r}'[:200])
+    if text_format not in DOCUMENT_FORMATS:
+        raise InvalidRequest(f'"format" must be one of {list(DOCUMENT_FORMATS)}, got {text_format!r}'[:200])
     want_sentences = payload.get("sentences", False)
     if not isinstance(want_sentences, bool):
         raise InvalidRequest(f'"sentences" must be true or false, got {want_sentences!r}'[:200])
@@ -74,7 +74,12 @@ def native_request(payload: Any, config: HandlerConfig) -> TranslationRequest:
             "this one decodes each batch to its end (torchserve_batching: static)",
             status=400,
         )
-    fmt: TextFormat = TEXT_FORMATS[TEXT_FORMATS.index(text_format)]
+    fmt: DocumentFormat = DOCUMENT_FORMATS[DOCUMENT_FORMATS.index(text_format)]
+    if fmt in OFFICE_FORMATS and (as_list or stream or options.alternatives or want_sentences):
+        raise InvalidRequest(
+            f'a {fmt} file is one "text" (its base64), answered whole: no list, "stream", '
+            '"alternatives" or "sentences"'
+        )
     request = TranslationRequest(texts, as_list, options, fmt, want_sentences, stream, glossary)
     return _validated(request, config)
 
@@ -184,13 +189,14 @@ def _validated(request: TranslationRequest, config: HandlerConfig) -> Translatio
         if not text.strip():
             raise InvalidRequest(f"{where} is empty or whitespace only")
         _check_encodable(text, where)
-        if len(text) > config.max_chars_per_text:
+        # A file's base64 is not its text: its paragraphs' characters are counted once read (plan).
+        if len(text) > config.max_chars_per_text and request.text_format not in OFFICE_FORMATS:
             raise InvalidRequest(
                 f"{where} has {len(text)} characters > max_chars_per_text ({config.max_chars_per_text})",
                 status=413,
             )
     total = sum(len(text) for text in request.texts)
-    if total > config.max_chars_per_request:
+    if total > config.max_chars_per_request and request.text_format not in OFFICE_FORMATS:
         raise InvalidRequest(
             f"request has {total} characters in all > max_chars_per_request ({config.max_chars_per_request})",
             status=413,

@@ -219,7 +219,16 @@ def test_health_and_suggest_answer_as_libretranslate_does(door: FrontDoor) -> No
     # Files (test_libretranslate_files.py): /frontend/settings offers the formats that round trip.
     settings = requests.get(f"{door.url}/frontend/settings", timeout=30).json()
     assert settings["filesTranslation"] is True
-    assert settings["supportedFilesFormat"] == [".txt", ".html", ".htm", ".srt", ".vtt", ".md"]
+    assert settings["supportedFilesFormat"] == [
+        ".txt",
+        ".html",
+        ".htm",
+        ".srt",
+        ".vtt",
+        ".md",
+        ".docx",
+        ".odt",
+    ]
 
 
 def test_spec_answers_our_openapi_document_as_json(door: FrontDoor) -> None:

@@ -6,17 +6,25 @@ is checked against the native route's translation of the same text and format, n
 
 from __future__ import annotations
 
+import base64
+import io
+import re
 import time
 from pathlib import Path
 from typing import Any
 
+import docx
 import pytest
 import requests
+from odf import teletype
+from odf.opendocument import load
+from odf.text import P, Span
 
 from serving.fleet_keys import KeyStore
 from serving.front_door import FrontDoor
 from serving.replica_set import Fleet
 from tests.e2e.conftest_fleet import front_door, replica_port
+from tests.unit.test_office import odt_file, word_file
 
 pytestmark = pytest.mark.e2e
 pytest_plugins = ["tests.e2e.shared_fleet", "tests.e2e.libretranslate_door"]  # the replica; door and key
@@ -145,3 +153,44 @@ def test_downloads_expire_and_are_bounded(shared_fleet: Fleet, tmp_path: Path) -
         # The expired one is removed at the next upload, which makes room.
         download_url(translate_file(door, key, "b.txt", "汤姆不会同意的。".encode()))
         assert len(list((door.paths.worker_dir / "downloads").iterdir())) == 2  # one file, its record
+
+
+HAN = re.compile("[\u4e00-\u9fff]")
+
+
+def test_a_word_file_comes_back_translated_with_its_structure(door: FrontDoor, key: str) -> None:
+    url = download_url(translate_file(door, key, "report.docx", word_file()))
+    got = requests.get(url, params={"api_key": key}, timeout=30)
+    assert got.status_code == 200 and got.headers["content-type"].startswith("application/vnd.openxml")
+    back = docx.Document(io.BytesIO(got.content))
+    style = back.paragraphs[0].style
+    assert style is not None and style.name == "Heading 1"
+    assert [run.bold for run in back.paragraphs[1].runs] == [None, True, None]
+    assert back.paragraphs[2].text == "English only, kept as it is."
+    assert back.tables[0].rows[0].cells[1].text == "42"
+    assert not any(HAN.search(p.text) for p in back.paragraphs)
+    # The native route answers the same file, as base64.
+    native_answer = requests.post(
+        f"{door.url}/predictions/zh_en",
+        json={"text": base64.b64encode(word_file()).decode(), "format": "docx"},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=60,
+    )
+    assert native_answer.status_code == 200, native_answer.text
+    assert base64.b64decode(native_answer.json()["translation"]) == got.content
+
+
+def test_an_odt_comes_back_translated_with_its_structure(door: FrontDoor, key: str) -> None:
+    url = download_url(translate_file(door, key, "report.odt", odt_file()))
+    got = requests.get(url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    assert got.headers["content-type"] == "application/vnd.oasis.opendocument.text"
+    back = load(io.BytesIO(got.content))
+    texts = [teletype.extractText(p) for p in back.getElementsByType(P)]
+    assert "English only, kept as it is." in texts and "42" in texts
+    assert [span.getAttribute("stylename") for span in back.getElementsByType(Span)] == ["Bold"]
+    assert not any(HAN.search(text) for text in texts)
+
+
+def test_a_broken_office_file_is_refused_as_libretranslate_would(door: FrontDoor, key: str) -> None:
+    assert_error(translate_file(door, key, "report.docx", b"PK not a zip"), 400, "not a .docx file")
+    assert_error(translate_file(door, key, "report.odt", word_file()), 400, "not a .odt file")

@@ -20,7 +20,7 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 from handlers.handler_config import DecoderName, HandlerConfig, Variant
-from handlers.text.documents import TEXT_FORMATS
+from handlers.text.documents import DOCUMENT_FORMATS
 from handlers.wire import kserve_v1, kserve_v2, libretranslate, parsing
 from handlers.zh_en_handler import TranslationHandler
 from serving.nginx_conf import FrontDoorConfig
@@ -146,7 +146,7 @@ def test_schema_limits_are_the_stated_limits() -> None:
 def test_enums_match_the_code() -> None:
     assert SCHEMAS["Variant"]["enum"] == list(get_args(Variant))
     assert SCHEMAS["Decoder"]["enum"] == list(get_args(DecoderName))
-    assert SCHEMAS["Format"]["enum"] == list(TEXT_FORMATS)
+    assert SCHEMAS["Format"]["enum"] == list(DOCUMENT_FORMATS)
 
 
 def test_request_fields_match_the_parser() -> None:

@@ -1,0 +1,199 @@
+"""Word and OpenDocument files through handlers.text.office: made with python-docx and odfpy as
+their users' tools would make them (headings, a table, bold runs), translated with a fake
+translation, and read back with the same libraries: the structure and formatting come back, only
+the text changes. Then what a hostile file can do: a zip bomb, too many entries, broken XML, and
+tags built to make a parser slow, each within a time budget.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import time
+import zipfile
+from collections.abc import Callable
+
+import docx
+import pytest
+from odf import teletype
+from odf.opendocument import OpenDocumentText, load
+from odf.style import Style, TextProperties
+from odf.table import Table, TableCell, TableColumn, TableRow
+from odf.text import H, P, Span
+
+from handlers.errors import OverLimit, TooCostly, Unparsable
+from handlers.text.budget import text_budget
+from handlers.text.documents import plan_document
+from handlers.text.office import read_office
+
+BUDGET_S = 1.0
+
+
+def fake_translation(fragment: str) -> str:
+    """Every model input becomes "EN<its length>", through the same plan and render as any HTML."""
+    document = plan_document(fragment, "html")
+    return document.render([f"EN{len(source)}" for source in document.model_inputs]).text
+
+
+def word_file() -> bytes:
+    made = docx.Document()
+    made.add_heading("第一章", level=1)
+    paragraph = made.add_paragraph("汤姆")
+    paragraph.add_run("不会").bold = True
+    paragraph.add_run("同意的。")
+    made.add_paragraph("English only, kept as it is.")
+    table = made.add_table(rows=1, cols=2)
+    table.cell(0, 0).text = "我要看病。"
+    table.cell(0, 1).text = "42"
+    out = io.BytesIO()
+    made.save(out)
+    return out.getvalue()
+
+
+def odt_file() -> bytes:
+    made = OpenDocumentText()
+    bold = Style(name="Bold", family="text")
+    bold.addElement(TextProperties(fontweight="bold"))
+    made.automaticstyles.addElement(bold)
+    made.text.addElement(H(outlinelevel=1, text="第一章"))
+    paragraph = P(text="汤姆")
+    paragraph.addElement(Span(stylename=bold, text="不会"))
+    paragraph.addText("同意的。")
+    made.text.addElement(paragraph)
+    made.text.addElement(P(text="English only, kept as it is."))
+    table = Table(name="T")
+    table.addElement(TableColumn(numbercolumnsrepeated=2))
+    row = TableRow()
+    for text in ("我要看病。", "42"):
+        cell = TableCell()
+        cell.addElement(P(text=text))
+        row.addElement(cell)
+    table.addElement(row)
+    made.text.addElement(table)
+    out = io.BytesIO()
+    made.save(out)
+    return out.getvalue()
+
+
+def test_a_word_file_keeps_its_headings_table_and_bold_run() -> None:
+    office = read_office(word_file(), "docx")
+    assert "English only" not in office.html  # nothing to translate: not sent
+    assert re.search(r"<span id=\d+>不会</span>", office.html), office.html
+    back = docx.Document(io.BytesIO(office.rebuild(fake_translation(office.html))))
+    heading, sentence, english = back.paragraphs[:3]
+    assert heading.style is not None and heading.style.name == "Heading 1" and heading.text.startswith("EN")
+    assert english.text == "English only, kept as it is."
+    # The bold run is still bold and still between the others; the run count is the same.
+    assert [run.bold for run in sentence.runs] == [None, True, None]
+    assert all(run.text for run in sentence.runs) or sentence.text.startswith("EN")
+    cell, number = back.tables[0].rows[0].cells
+    assert cell.text.startswith("EN") and number.text == "42"
+
+
+def test_an_odt_keeps_its_heading_table_and_bold_span() -> None:
+    office = read_office(odt_file(), "odt")
+    assert "English only" not in office.html
+    back = load(io.BytesIO(office.rebuild(fake_translation(office.html))))
+    headings = back.getElementsByType(H)
+    assert [teletype.extractText(h).startswith("EN") for h in headings] == [True]
+    paragraphs = [teletype.extractText(p) for p in back.getElementsByType(P)]
+    assert "English only, kept as it is." in paragraphs and "42" in paragraphs
+    spans = back.getElementsByType(Span)
+    assert [span.getAttribute("stylename") for span in spans] == ["Bold"]
+    assert not any(re.search("[\u4e00-\u9fff]", text) for text in paragraphs)
+
+
+def test_an_odt_rebuilt_keeps_its_mimetype_first_and_stored() -> None:
+    office = read_office(odt_file(), "odt")
+    rebuilt = zipfile.ZipFile(io.BytesIO(office.rebuild(fake_translation(office.html))))
+    first = rebuilt.infolist()[0]
+    assert (first.filename, first.compress_type) == ("mimetype", zipfile.ZIP_STORED)
+    original = zipfile.ZipFile(io.BytesIO(odt_file()))
+    assert [e.filename for e in rebuilt.infolist()] == [e.filename for e in original.infolist()]
+    for entry in original.infolist():  # every entry but the main part, byte for byte
+        if entry.filename != "content.xml":
+            assert rebuilt.read(entry.filename) == original.read(entry.filename), entry.filename
+
+
+def test_an_identity_translation_gives_the_same_text_back() -> None:
+    office = read_office(word_file(), "docx")
+    back = docx.Document(io.BytesIO(office.rebuild(office.html)))
+    original = docx.Document(io.BytesIO(word_file()))
+    assert [p.text for p in back.paragraphs] == [p.text for p in original.paragraphs]
+    assert [[r.text for r in p.runs] for p in back.paragraphs] == [
+        [r.text for r in p.runs] for p in original.paragraphs
+    ]
+
+
+def test_markup_and_entities_in_the_text_stay_text() -> None:
+    made = docx.Document()
+    made.add_paragraph("价格 <5 & >3 的“东西”。")
+    out = io.BytesIO()
+    made.save(out)
+    office = read_office(out.getvalue(), "docx")
+    back = docx.Document(io.BytesIO(office.rebuild(office.html)))
+    assert back.paragraphs[0].text == "价格 <5 & >3 的“东西”。"
+
+
+def package(entries: dict[str, bytes], compression: int = zipfile.ZIP_DEFLATED) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression) as made:
+        for name, data in entries.items():
+            made.writestr(name, data)
+    return out.getvalue()
+
+
+DOCX_HEAD = '<?xml version="1.0"?><w:document xmlns:w="w"><w:body>'
+HOSTILE: dict[str, tuple[Callable[[], bytes], type[Exception]]] = {
+    "a zip bomb (64 MiB of zeros in 64 KiB)": (
+        lambda: package({"[Content_Types].xml": b"", "word/document.xml": b"\0" * (64 << 20)}),
+        OverLimit,
+    ),
+    "not a zip": (lambda: b"PK\x03\x04" + b"x" * 1000, Unparsable),
+    "a zip without the main part": (lambda: package({"[Content_Types].xml": b""}), Unparsable),
+    "2,000 entries": (
+        lambda: package({f"x{n}": b"" for n in range(2000)} | {"[Content_Types].xml": b""}),
+        OverLimit,
+    ),
+    "a main part that is not UTF-8": (
+        lambda: package({"[Content_Types].xml": b"", "word/document.xml": "你好".encode("gbk")}),
+        Unparsable,
+    ),
+}
+
+
+@pytest.mark.timed  # wall-clock bounds: run alone
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_hostile_packages_are_refused_at_once(name: str) -> None:
+    make, error = HOSTILE[name]
+    data = make()
+    began = time.monotonic()
+    with pytest.raises(error):
+        read_office(data, "docx")
+    assert time.monotonic() - began < BUDGET_S  # the bomb is inflated up to the cap, 4 MiB
+
+
+SLOW_XML = {
+    # Each just under the main part's 4 MiB.
+    "100,000 nested paragraphs": "<w:p>" * 100_000 + "<w:r><w:t>你好</w:t></w:r>" + "</w:p>" * 100_000,
+    "100,000 tiny runs": "<w:p>"
+    + "<w:r><w:rPr><w:b/></w:rPr><w:t>你</w:t></w:r><w:r><w:t>好</w:t></w:r>" * 50_000
+    + "</w:p>",
+    "a run of unclosed brackets": "<w:p><w:r><w:t>" + "<" * 200_000 + "</w:t></w:r></w:p>",
+    "a run of entities": "<w:p><w:r><w:t>你" + "&amp;&#20320;" * 50_000 + "</w:t></w:r></w:p>",
+}
+
+
+@pytest.mark.timed
+@pytest.mark.parametrize("name", list(SLOW_XML))
+def test_xml_built_to_be_slow_is_done_or_refused_within_the_text_budget(name: str) -> None:
+    """As every text stage: linear, and under the request's budget (handlers/text/budget.py) it
+    finishes or is refused as too costly, never more than a moment past the budget."""
+    data = package({"[Content_Types].xml": b"", "word/document.xml": (DOCX_HEAD + SLOW_XML[name]).encode()})
+    began = time.monotonic()
+    with contextlib.suppress(TooCostly), text_budget(BUDGET_S / 2, "reading the file"):
+        office = read_office(data, "docx")
+        office.rebuild(office.html)
+    # The budget, then at most one step past it (inflating or deflating the 4 MiB part, say).
+    assert time.monotonic() - began < BUDGET_S * 1.5, name
