@@ -190,7 +190,7 @@ def plan_document(
 def _file_bytes(text: str, text_format: OfficeFormat) -> bytes:
     try:
         return base64.b64decode(text, validate=True)
-    except binascii.Error as error:
+    except (binascii.Error, ValueError) as error:  # ValueError: a character outside ASCII
         raise Unparsable(f'a {text_format} file travels as base64 in "text": {error}') from None
 
 

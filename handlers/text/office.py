@@ -22,7 +22,9 @@ from __future__ import annotations
 import html
 import io
 import re
+import struct
 import zipfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -34,6 +36,21 @@ from handlers.text.scripts import has_han
 
 OfficeFormat = Literal["docx", "odt"]
 MAX_ENTRIES = 1000
+# What zipfile raises on a damaged package, besides its own BadZipFile: a corrupt deflate stream,
+# a header that points past the end, a method it lacks, an encrypted entry.
+DAMAGED = (
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    zlib.error,
+    struct.error,
+    EOFError,
+    OSError,
+    ValueError,
+    OverflowError,
+    NotImplementedError,
+    RuntimeError,
+    KeyError,
+)
 MAX_INFLATED_BYTES = 32 * 1024 * 1024
 MAIN_PART = {"docx": "word/document.xml", "odt": "content.xml"}
 ODT_MIMETYPE = b"application/vnd.oasis.opendocument.text"
@@ -149,7 +166,7 @@ def read_office(data: bytes, kind: OfficeFormat) -> OfficeText:
 def _main_part(data: bytes, kind: OfficeFormat) -> str:
     try:
         package = zipfile.ZipFile(io.BytesIO(data))
-    except (zipfile.BadZipFile, ValueError) as error:
+    except DAMAGED as error:
         raise Unparsable(f"not a .{kind} file: {error}") from None
     entries = package.infolist()
     if len(entries) > MAX_ENTRIES:
@@ -171,7 +188,7 @@ def _read(package: zipfile.ZipFile, name: str, limit: int) -> bytes:
     try:
         with package.open(name) as entry:
             data = entry.read(limit + 1)
-    except (KeyError, zipfile.BadZipFile, NotImplementedError, RuntimeError, OSError) as error:
+    except DAMAGED as error:
         raise Unparsable(f"cannot read {name}: {error}") from None
     if len(data) > limit:
         raise OverLimit(f"{name} inflates to over {limit} bytes")

@@ -7,6 +7,7 @@ tags built to make a parser slow, each within a time budget.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import io
 import re
@@ -197,3 +198,23 @@ def test_xml_built_to_be_slow_is_done_or_refused_within_the_text_budget(name: st
         office.rebuild(office.html)
     # The budget, then at most one step past it (inflating or deflating the 4 MiB part, say).
     assert time.monotonic() - began < BUDGET_S * 1.5, name
+
+
+def damaged(data: bytes, at: int) -> str:
+    """`data` with 16 bytes from `at` on overwritten, as base64."""
+    return base64.b64encode(data[:at] + b"\xff" * 16 + data[at + 16 :]).decode()
+
+
+@pytest.mark.parametrize("text", ["汤姆不会同意的", "not base64!", "UEsDBA=="])
+def test_text_that_is_no_file_is_refused_as_unparsable(text: str) -> None:
+    """What a client may put in "text" with format docx: a 400 (Unparsable), never a crash (a 500)."""
+    with pytest.raises(Unparsable):
+        plan_document(text, "docx")
+
+
+@pytest.mark.parametrize("at", range(0, 36_000, 1_500))
+def test_a_damaged_file_is_refused_or_read_never_a_crash(at: int) -> None:
+    """16 bytes overwritten somewhere in a .docx: refused as Unparsable, or read if the damage
+    missed what is read; any other exception would be the handler's 500."""
+    with contextlib.suppress(Unparsable, OverLimit):
+        plan_document(damaged(word_file(), at), "docx")
