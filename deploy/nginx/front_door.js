@@ -299,7 +299,8 @@ function formRequest(r, query, route) {
     if (type === 'application/x-www-form-urlencoded') {
         form = firstValues(querystring.parse(text));
     } else if (type === 'multipart/form-data') {
-        form = multipartFields(text, r.headersIn['Content-Type']);
+        // File parts are not fields (request.values skips them).
+        form = multipartBuffer(r.requestBuffer || Buffer.alloc(0), r.headersIn['Content-Type']).fields;
     }
     const fields = Object.assign({}, form, query);  // werkzeug's request.values: the query string first
     const kept = LIBRETRANSLATE_FIELDS.filter((name) => fields[name] !== undefined);
@@ -384,9 +385,10 @@ function fileRequest(r, query) {
     };
 }
 
-// multipartFields over the body's bytes, for a form that carries a file: the text fields
-// ({name: value}, as UTF-8) and the files ({name: {filename, bytes}}), the first of each name. The
-// same bounds, and every search moves forward from where the last ended.
+// A multipart/form-data body, read on its bytes (a file part may be binary): the text fields
+// ({name: value}, as UTF-8) and the files ({name: {filename, bytes}}), the first of each name.
+// At most MAX_PARTS parts; a part's header is looked for only in its first MAX_PART_HEAD bytes; every
+// search moves forward from where the last ended.
 function multipartBuffer(body, contentType) {
     const boundary = headerParameters(contentType)[1].boundary || '';
     if (!boundary || boundary.length > MAX_BOUNDARY) {
@@ -573,43 +575,6 @@ function firstValues(parsed) {
     Object.keys(parsed).forEach((name) => {
         fields[name] = Array.isArray(parsed[name]) ? parsed[name][0] : parsed[name];
     });
-    return fields;
-}
-
-// The text fields of a multipart/form-data body; file parts are not fields (request.values skips
-// them). One split on the delimiter, stopped after MAX_PARTS parts; each part's header is looked for
-// only within its first MAX_PART_HEAD characters.
-function multipartFields(text, contentType) {
-    const boundary = headerParameters(contentType)[1].boundary || '';
-    if (!boundary || boundary.length > MAX_BOUNDARY) {
-        throw new Error('Invalid request: multipart/form-data needs a boundary of 1 to '
-                        + MAX_BOUNDARY + ' characters');
-    }
-    // The preamble, the parts, then what follows the closing delimiter.
-    const pieces = text.split('--' + boundary, MAX_PARTS + 3);
-    if (pieces.length > MAX_PARTS + 2) {
-        throw new Error('Invalid request: multipart form with over ' + MAX_PARTS + ' parts');
-    }
-    const fields = {};
-    for (let i = 1; i < pieces.length; i++) {
-        const part = pieces[i];
-        if (part.startsWith('--')) {
-            break;  // the closing delimiter
-        }
-        const end = part.slice(0, MAX_PART_HEAD + 4).indexOf('\r\n\r\n');
-        if (end < 0) {
-            if (part.length > MAX_PART_HEAD + 4) {
-                throw new Error('Invalid request: multipart part header over ' + MAX_PART_HEAD
-                                + ' characters');
-            }
-            continue;  // no header: not a field
-        }
-        const field = partField(part.slice(0, end));
-        if (field.name !== undefined && !field.file && fields[field.name] === undefined) {
-            const value = part.slice(end + 4);
-            fields[field.name] = value.endsWith('\r\n') ? value.slice(0, -2) : value;
-        }
-    }
     return fields;
 }
 
