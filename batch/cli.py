@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from batch.archive_model import open_archive
-from batch.engines import LocalEngine, RayEngine, ray_session
+from batch.engines import LocalEngine, RayEngine, ray_session, workers_for
 from batch.formats import InputError, TableColumns
 from batch.job import JobSpec, Summary, run_job
 from batch.shards import ShardBudget
@@ -45,13 +45,20 @@ def parser() -> argparse.ArgumentParser:
         "--output-column", default="translation", help="the column the translation goes to"
     )
     translate.add_argument(
-        "--engine", choices=("ray", "local"), default="ray", help="Ray Data (default) or this process only"
+        "--engine",
+        choices=("local", "ray"),
+        help="processes on this host (the default without --address) or Ray Data (the default with it)",
     )
     translate.add_argument(
         "--address",
         help="an existing Ray cluster: HEAD:6379, or auto on one of its nodes (default: local Ray)",
     )
-    translate.add_argument("--actors", type=int, help="Ray actors (default: cluster CPUs / archive threads)")
+    translate.add_argument(
+        "--workers",
+        "--actors",
+        type=int,
+        help="worker processes or Ray actors, each with the model (default: CPUs / archive threads)",
+    )
     translate.add_argument(
         "--shard-chars", type=int, default=ShardBudget.max_chars, help="characters per shard"
     )
@@ -71,12 +78,15 @@ def main(argv: list[str] | None = None) -> int:
             TableColumns(args.column, args.output_column),
             ShardBudget(args.shard_chars, args.shard_units),
         )
-        if args.engine == "local":
-            summary = run_job(spec, LocalEngine(spec.archive, spec.options))
+        threads = open_archive(spec.archive).served_config.threads
+        if (args.engine or ("ray" if args.address else "local")) == "local":
+            if args.address:
+                raise ValueError("--address names a Ray cluster: use it with --engine ray")
+            workers = args.workers or workers_for(threads)
+            summary = run_job(spec, LocalEngine(spec.archive, spec.options, workers))
         else:
-            threads = open_archive(spec.archive).served_config.threads
             with ray_session(args.address):
-                summary = run_job(spec, RayEngine(spec.archive, spec.options, threads, args.actors))
+                summary = run_job(spec, RayEngine(spec.archive, spec.options, threads, args.workers))
     except (InputError, GlossaryFileError, FileNotFoundError, ValueError) as error:
         print(f"batch: {error}", file=sys.stderr)
         return 2

@@ -1,17 +1,25 @@
-"""Where shards are translated: in this process, or by a pool of Ray actors (Ray Data).
+"""Where shards are translated: by processes on this host, or by a pool of Ray actors (Ray Data).
 
-Both run the same `UnitTranslator` on the same shards; Ray only decides where. Ray Data streams the
-shards through `map_batches` over an actor pool, one actor per core by default, each loading the
-archive once and translating one shard per call with the archive's intra-op threads (1 as
-shipped: `make layout`'s one worker per core, one thread each).
+Every engine runs the same `UnitTranslator` on the same shards; it only decides where. Workers are
+one per core by default, each loading the archive once and translating one shard per call with
+the archive's intra-op threads (1 as shipped: `make layout`'s one worker per core, one thread
+each). A free worker takes the next shard, so no core idles while shards remain.
+- LocalEngine: processes of this host (with one, this process itself), started with spawn (GNU
+  OpenMP's pool does not survive fork); nothing else runs on the cores beside them.
+- RayEngine: Ray Data streams the shards through `map_batches` over an actor pool, on this host or
+  a cluster.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import ctypes
 import json
 import logging
+import multiprocessing
 import os
+import signal
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,6 +31,7 @@ ShardDone = Callable[[Shard, list[UnitResult]], None]
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Shards travel as small JSON strings: a small object store leaves the host's memory to the models.
 OBJECT_STORE_BYTES = 96 * 1024 * 1024
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class Engine(Protocol):
@@ -33,20 +42,62 @@ def host_cpus() -> int:
     return len(os.sched_getaffinity(0))
 
 
-class LocalEngine:
-    """Every shard in this process, one after another (the same code as an actor's)."""
+def workers_for(threads: int, cpus: int | None = None) -> int:
+    """One worker per `threads` cores: the layout `make layout` found best for the server."""
+    return max(1, (cpus or host_cpus()) // max(1, threads))
 
-    def __init__(self, archive: Path, options: JobOptions) -> None:
-        self.archive, self.options = archive, options
+
+class LocalEngine:
+    """Shards on this host: in this process (one worker), or in a pool of worker processes, each
+    with the archive loaded once; results come back as shards finish."""
+
+    def __init__(self, archive: Path, options: JobOptions, workers: int = 1) -> None:
+        self.archive, self.options, self.workers = archive, options, workers
 
     def run(self, shards: Sequence[Shard], done: ShardDone) -> None:
         if not shards:
             return
-        from batch.engine import UnitTranslator  # torch and transformers: only where shards are translated
+        if self.workers == 1 or len(shards) == 1:
+            # torch and transformers: only where shards are translated
+            from batch.engine import UnitTranslator
 
-        translator = UnitTranslator(self.archive, self.options)
-        for shard in shards:
-            done(shard, translator.translate(shard.units))
+            translator = UnitTranslator(self.archive, self.options)
+            for shard in shards:
+                done(shard, translator.translate(shard.units))
+            return
+        with concurrent.futures.ProcessPoolExecutor(
+            min(self.workers, len(shards)),
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_load_worker,
+            initargs=(str(self.archive), json.dumps(self.options.to_json())),
+        ) as pool:
+            # A dead worker (OOM kill) fails the job with BrokenProcessPool: shards done so far stay on disk.
+            running = {pool.submit(_translate_in_worker, shard.to_json()): shard for shard in shards}
+            for finished in concurrent.futures.as_completed(running):
+                done(running[finished], results_from_json(finished.result()))
+
+
+_WORKER: dict[str, Any] = {}  # a LocalEngine worker process's translator
+
+
+def _load_worker(archive: str, options: str) -> None:
+    from batch.engine import UnitTranslator
+
+    _die_with_parent()
+    _WORKER["translator"] = UnitTranslator(Path(archive), JobOptions.from_json(json.loads(options)))
+
+
+def _die_with_parent() -> None:
+    """A SIGKILLed job leaves no worker behind: Linux kills this process when its parent dies."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() == 1:  # the parent died before prctl
+        os._exit(1)
+
+
+def _translate_in_worker(units: str) -> str:
+    return results_to_json(_WORKER["translator"].translate(Shard.units_from_json(units)))
 
 
 class ShardActor:
@@ -84,7 +135,7 @@ class RayEngine:
         context.enable_progress_bars = False  # the job prints its own (sentences, sentences/s, ETA)
         context.print_on_execution_start = False
         cluster_cpus = int(ray.cluster_resources().get("CPU", 1))  # type: ignore[no-untyped-call]
-        actors = self.actors or max(1, cluster_cpus // self.threads)
+        actors = self.actors or workers_for(self.threads, cluster_cpus)
         rows = [{"shard": shard.number, "units": shard.to_json()} for shard in shards]
         dataset = ray.data.from_items(rows, override_num_blocks=len(rows)).map_batches(
             ShardActor,

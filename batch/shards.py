@@ -20,10 +20,11 @@ from batch.units import Unit, UnitResult
 
 @dataclass(frozen=True)
 class ShardBudget:
-    # Small enough that every actor gets several shards (and a killed job loses little), large enough
-    # that a shard fills the decoder's running batch (max_batch_rows) many times over.
-    max_chars: int = 5_000
-    max_units: int = 128
+    # Small enough that every worker gets several shards (and a killed job loses little), large
+    # enough that a shard fills the decoder's running batch (max_batch_rows) many times over: the
+    # batch drains at each shard's end (128 units cost 7-20% against 512: docs/BATCH.md).
+    max_chars: int = 20_000
+    max_units: int = 512
 
     def __post_init__(self) -> None:
         if self.max_chars < 1 or self.max_units < 1:

@@ -1,16 +1,21 @@
-"""Batch prediction's throughput: the batch job's engine in process, and the same through Ray local.
+"""Batch prediction's throughput: the batch job's engines on one corpus, and the ratio to the server.
 
-    python -m bench.batch_throughput                 # 2,000 Tatoeba sentences, the full-size stand-in
+    python -m bench.batch_throughput                 # 20,000 unique sentences, the full-size stand-in
     python -m bench.batch_throughput --quick         # a smoke run
 
-The same Tatoeba sentences go through the same int8 archive (config/zh_en_int8.yaml, sentence cache
-off as in the other benches, so every sentence is decoded), cut into the job's shards (sorted by
-length, batch.shards), and translated three ways:
-- in_process: batch.engines.LocalEngine, one process with the archive's threads (1);
-- ray_one_actor: batch.engines.RayEngine with one actor: the same layout, so the ratio to
-  in_process is what Ray Data costs;
-- ray_per_core: one actor per core, one thread each (the shipped layout).
-Each run's time includes loading the model (every actor's), not starting Ray (reported apart).
+The corpus is the Tatoeba test set's sources made unique: after the 9,892 distinct ones, passes
+prefixed "2. ", "3. ", ... until `--sentences` (a repeat would be decoded once by the job and every
+time by the server, whose cache the benches turn off). They go through the same int8 archive
+(config/zh_en_int8.yaml, sentence cache off), cut into the job's shards (batch.shards) and
+translated four ways:
+- local_per_core: batch.engines.LocalEngine, one worker process per core (the default on one host);
+- ray_per_core: batch.engines.RayEngine, one actor per core (the default on a cluster);
+- in_process and ray_one_actor, on the first `--overhead-sentences`: one worker in this process
+  and one Ray actor, the same layout, so their ratio is what Ray Data costs.
+Each run reports its whole time (every worker's model load inside; Ray's own start apart) and its
+steady state: the sentences after every worker had finished a shard, over the time since.
+With a Locust run of the int8 server at the same beams and 100 users in the same results folder
+(make bench's load step), the report sets the job beside it.
 On the offline stand-in every output is forced to its reference translation's token length
 (batch.units.Unit.forced_tokens, for benchmarks only), as bench.latency does, so that decode work
 matches the real model's; results say so under "output_lengths".
@@ -23,64 +28,105 @@ import time
 from pathlib import Path
 from typing import Any
 
-from batch.engines import Engine, LocalEngine, RayEngine, host_cpus, ray_session
+from batch.engines import Engine, LocalEngine, RayEngine, host_cpus, ray_session, workers_for
 from batch.shards import Shard, ShardBudget, cut_shards
-from batch.units import JobOptions, Unit, UnitResult
+from batch.units import JobOptions, Unit
 from bench.cli import BenchCli
-from bench.common import archive_with, is_standin, sample_sentences
+from bench.common import Sentence, archive_with, is_standin, sample_sentences
 
-DEFAULT_SENTENCES = 2000
+DEFAULT_SENTENCES = 20_000
+OVERHEAD_SENTENCES = 2_000
 QUICK_SENTENCES = 24
 
 
 def command() -> BenchCli:
     cli = BenchCli("batch_throughput", __doc__, model="synthetic", results_dir=True)
     cli.parser.add_argument("--sentences", type=int, default=DEFAULT_SENTENCES)
+    cli.parser.add_argument(
+        "--overhead-sentences",
+        type=int,
+        default=OVERHEAD_SENTENCES,
+        help="the one-worker runs (in process, one Ray actor) take the first this many",
+    )
     cli.parser.add_argument("--quick", action="store_true", help=f"{QUICK_SENTENCES} sentences (smoke run)")
     cli.parser.add_argument("--beams", type=int, default=4, help="num_beams (bench.load's served rung: 4)")
     return cli
 
 
-def timed(engine: Engine, shards: list[Shard]) -> dict[str, Any]:
-    results: list[UnitResult] = []
+def unique_sentences(sentences: list[Sentence], count: int) -> list[Sentence]:
+    """`count` distinct sources: the sentences once, then passes prefixed "2. ", "3. ", ..."""
+    seen: set[str] = set()
+    corpus: list[Sentence] = []
+    passes = 0
+    while len(corpus) < count:
+        passes += 1
+        for sentence in sentences:
+            source = sentence.source if passes == 1 else f"{passes}. {sentence.source}"
+            if source not in seen and len(corpus) < count:
+                seen.add(source)
+                corpus.append(Sentence(source, sentence.reference, sentence.reference_tokens))
+    return corpus
+
+
+def timed(engine: Engine, shards: list[Shard], workers: int, say: Any) -> dict[str, Any]:
+    done_at: list[tuple[float, int]] = []  # (seconds since start, sentences) per finished shard
+    units: list[int] = []
+    total = sum(len(shard.units) for shard in shards)
     started = time.perf_counter()
-    engine.run(shards, lambda _, done: results.extend(done))
+
+    def done(_: Shard, results: list[Any]) -> None:
+        failed = [result.error for result in results if result.error is not None]
+        if failed:
+            raise RuntimeError(f"{len(failed)} sentences failed, e.g. {failed[0]}")
+        done_at.append((time.perf_counter() - started, sum(result.sentences for result in results)))
+        units.append(len(results))
+        finished = sum(count for _, count in done_at)
+        say(f"  {finished}/{total} sentences, {finished / done_at[-1][0]:.1f}/s since the start")
+
+    engine.run(shards, done)
     seconds = time.perf_counter() - started
-    failed = [result.error for result in results if result.error is not None]
-    if failed:
-        raise RuntimeError(f"{len(failed)} sentences failed, e.g. {failed[0]}")
-    sentences = sum(result.sentences for result in results)
-    return {
-        "seconds": round(seconds, 2),
-        "sentences": sentences,
-        "sentences_per_s": round(sentences / seconds, 2),
-    }
+    sentences = sum(count for _, count in done_at)
+    rate = round(sentences / seconds, 2)
+    run = {"seconds": round(seconds, 2), "units": sum(units), "sentences": sentences, "sentences_per_s": rate}
+    # Steady state: once as many shards as workers have finished, every worker is loaded and busy.
+    if len(done_at) > workers:
+        since, _ = done_at[workers - 1]
+        after = sum(count for _, count in done_at[workers:])
+        run["steady_sentences_per_s"] = round(after / (seconds - since), 2)
+        run["first_shards_seconds"] = round(since, 2)
+    return run
 
 
-def run(model_dir: Path, count: int, say: Any, beams: int = 4) -> dict[str, Any]:
+def run(model_dir: Path, count: int, overhead_count: int, say: Any, beams: int = 4) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     standin = is_standin(model_dir)
-    sentences = sample_sentences(AutoTokenizer.from_pretrained(model_dir), count)
+    tatoeba = sample_sentences(AutoTokenizer.from_pretrained(model_dir), count)  # seeded order
+    corpus = unique_sentences(tatoeba, count)
     units = [
         Unit(0, index, sentence.source, forced_tokens=sentence.reference_tokens if standin else None)
-        for index, sentence in enumerate(sentences)
+        for index, sentence in enumerate(corpus)
     ]
-    # A smoke run still gives every actor shards.
-    shards = cut_shards(units, ShardBudget(max_units=8) if count <= QUICK_SENTENCES else ShardBudget())
+    # A smoke run still gives every worker shards; the job runs its shards longest first.
+    budget = ShardBudget(max_units=8) if count <= QUICK_SENTENCES else ShardBudget()
+    shards = cut_shards(units, budget)[::-1]
+    few = cut_shards(units[:overhead_count], budget)[::-1]
+    per_core = workers_for(1)
     with tempfile.TemporaryDirectory(prefix="bench-batch-") as workdir:
         store, name = archive_with("int8", model_dir, Path(workdir))
         archive, options = store / name, JobOptions(beams=beams)
         runs: dict[str, Any] = {}
-        say(f"in process: {len(units)} sentences in {len(shards)} shards")
-        runs["in_process"] = timed(LocalEngine(archive, options), shards)
+        say(f"local, one worker per core ({per_core}): {len(units)} sentences in {len(shards)} shards")
+        runs["local_per_core"] = timed(LocalEngine(archive, options, per_core), shards, per_core, say)
+        say(f"in process: the first {len(units[:overhead_count])} sentences in {len(few)} shards")
+        runs["in_process"] = timed(LocalEngine(archive, options), few, 1, say)
         started = time.perf_counter()
         with ray_session(None):
             ray_start = round(time.perf_counter() - started, 2)
-            say(f"Ray local started in {ray_start}s; one actor")
-            runs["ray_one_actor"] = timed(RayEngine(archive, options, threads=1, actors=1), shards)
-            say(f"one actor per core ({host_cpus()})")
-            runs["ray_per_core"] = timed(RayEngine(archive, options, threads=1), shards)
+            say(f"Ray local started in {ray_start}s; one actor, the same {len(few)} shards")
+            runs["ray_one_actor"] = timed(RayEngine(archive, options, threads=1, actors=1), few, 1, say)
+            say(f"Ray, one actor per core ({per_core}), every shard")
+            runs["ray_per_core"] = timed(RayEngine(archive, options, threads=1), shards, per_core, say)
     rate = {name: figures["sentences_per_s"] for name, figures in runs.items()}
     return {
         "model": str(model_dir),
@@ -89,22 +135,27 @@ def run(model_dir: Path, count: int, say: Any, beams: int = 4) -> dict[str, Any]
         if standin
         else "natural",
         "n": len(units),
+        "n_one_worker": len(units[:overhead_count]),
+        "corpus": "Tatoeba zho-eng test sources made unique (passes prefixed '2. ', '3. ', ...)",
         "num_beams": beams,
         "shards": len(shards),
+        "shard_budget": {"max_units": budget.max_units, "max_chars": budget.max_chars},
         "cpus": host_cpus(),
+        "workers_per_core_run": per_core,
         "sentence_cache": "off",
         "ray_start_seconds": ray_start,
         "runs": runs,
         "ratios": {
             "ray_one_actor_vs_in_process": round(rate["ray_one_actor"] / rate["in_process"], 3),
-            "ray_per_core_vs_in_process": round(rate["ray_per_core"] / rate["in_process"], 3),
+            "ray_per_core_vs_local_per_core": round(rate["ray_per_core"] / rate["local_per_core"], 3),
         },
     }
 
 
 def markdown(result: dict[str, Any]) -> str:
     rows = [
-        f"| {name} | {figures['sentences']} | {figures['seconds']} | {figures['sentences_per_s']} |"
+        f"| {name} | {figures['sentences']} | {figures['seconds']} | {figures['sentences_per_s']} "
+        f"| {figures.get('steady_sentences_per_s', '-')} |"
         for name, figures in result["runs"].items()
     ]
     ratios = ", ".join(f"{name} {value}" for name, value in result["ratios"].items())
@@ -112,8 +163,8 @@ def markdown(result: dict[str, Any]) -> str:
         [
             f"Batch throughput, {result['n']} sentences, output lengths: {result['output_lengths']}",
             "",
-            "| run | sentences | seconds | sentences/s |",
-            "|---|---:|---:|---:|",
+            "| run | sentences | seconds | sentences/s, whole run | sentences/s, steady |",
+            "|---|---:|---:|---:|---:|",
             *rows,
             "",
             f"ratios: {ratios}; Ray started in {result['ray_start_seconds']} s (not in the runs)",
@@ -125,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     cli = command()
     args = cli.parse(argv)
     count = QUICK_SENTENCES if args.quick else args.sentences
-    result = run(cli.model_dir(), count, cli.say, args.beams)
+    overhead = min(count, args.overhead_sentences)
+    result = run(cli.model_dir(), count, overhead, cli.say, args.beams)
     path = cli.write("batch_throughput", result)
     print(markdown(result))
     print(f"\nwritten to {path}")

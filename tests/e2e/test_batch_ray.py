@@ -45,6 +45,7 @@ def server_translations(server: TorchServe, texts: list[str], **options: Any) ->
 
 def run_batch(corpus: Path, out: Path, archive: Path, *options: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "batch", "translate", str(corpus), str(out), "--archive", str(archive)]
+    command += ["--engine", "ray"]  # on one host the default is local processes
     return subprocess.run(
         [*command, *options], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, check=False
     )

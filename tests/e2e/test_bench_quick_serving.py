@@ -77,11 +77,11 @@ def assert_batch_ran(results: Path, model_dir: Path) -> None:
     """bench.batch_throughput: every run translated every sentence, and the result is signed."""
     result = json.loads((results / "batch_throughput.json").read_text())
     assert result["standin"] is True and result["output_lengths"].startswith("reference lengths")
-    assert set(result["runs"]) == {"in_process", "ray_one_actor", "ray_per_core"}
-    assert {run["sentences"] for run in result["runs"].values()} == {batch_throughput.QUICK_SENTENCES}
-    assert result["shards"] > 1 and set(result["ratios"]) == {
-        "ray_one_actor_vs_in_process",
-        "ray_per_core_vs_in_process",
-    }
+    assert set(result["runs"]) == {"local_per_core", "in_process", "ray_one_actor", "ray_per_core"}
+    assert {run["units"] for run in result["runs"].values()} == {batch_throughput.QUICK_SENTENCES}
+    assert len({run["sentences"] for run in result["runs"].values()}) == 1
+    assert result["shards"] > result["workers_per_core_run"]
+    assert all(run["steady_sentences_per_s"] > 0 for run in result["runs"].values())
+    assert set(result["ratios"]) == {"ray_one_actor_vs_in_process", "ray_per_core_vs_local_per_core"}
     command = f"python -m bench.batch_throughput --model {model_dir} --quick --results-dir {results}"
     assert result["signature"]["command"] == command

@@ -16,6 +16,7 @@ import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 
+import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -193,18 +194,44 @@ def test_a_job_killed_midway_resumes_complete_in_order_and_not_duplicated(
     source.parent.mkdir()
     source.write_text("\n".join(f"{n}: {SOURCES[n]}" for n in range(60)) + "\n")
     reference, out = tmp_path / "reference", tmp_path / "out"
-    assert translate([source, reference, "--archive", int8_archive, "--beams", "1"]) == 0
-    command = [sys.executable, "-m", "batch", "translate", str(source), str(out)]
-    command += ["--archive", str(int8_archive), "--engine", "local", "--shard-units", "3", "--beams", "1"]
+    # The reference in this process; the job in two worker processes, killed and rerun.
+    assert translate([source, reference, "--archive", int8_archive, "--beams", "1", "--workers", "1"]) == 0
+    command = [
+        sys.executable,
+        "-m",
+        "batch",
+        "translate",
+        str(source),
+        str(out),
+        "--archive",
+        str(int8_archive),
+    ]
+    command += ["--engine", "local", "--workers", "2", "--shard-units", "3", "--beams", "1"]
     job = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    workers = _workers_once_running(job)
     shards_at_kill = _kill_after_shards(job, out, 3)
     assert 3 <= shards_at_kill < 20, "the job was not killed midway"
     assert not (out / "lines.txt").exists()
+    # The worker processes die with the job (no model left holding memory).
+    _, alive = psutil.wait_procs(workers, timeout=10)
+    assert not alive, f"worker processes outlived the killed job: {alive}"
 
     rerun = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert rerun.returncode == 0, rerun.stderr
     assert f"20 shards ({shards_at_kill} done by an earlier run)" in rerun.stdout
     assert (out / "lines.txt").read_bytes() == (reference / "lines.txt").read_bytes()
+
+
+def _workers_once_running(job: subprocess.Popen[bytes]) -> list[psutil.Process]:
+    """The job's two worker processes, once they have started."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and job.poll() is None:
+        children = psutil.Process(job.pid).children(recursive=True)
+        workers = [child for child in children if "spawn_main" in " ".join(child.cmdline())]
+        if len(workers) == 2:
+            return workers
+        time.sleep(0.05)
+    raise AssertionError(f"the job started no worker processes: {job.communicate()[1]!r}")
 
 
 def _kill_after_shards(job: subprocess.Popen[bytes], out: Path, shards: int) -> int:
