@@ -24,7 +24,7 @@ help:
 	@echo "make config-doc   write docs/CONFIGURATION.md from handlers/handler_config.py (a test fails when they differ)"
 	@echo "make layout  measure step partitions x threads x row budget as shipped, print the winning model config"
 	@echo "make swap TO=1.0-fp32   zero-downtime switch of the default version"
-	@echo "make translate IN=corpus/ OUT=translated/ [ARGS='--beams 2']   batch prediction with the int8 archive on local Ray (docs/BATCH.md)"
+	@echo "make translate IN=corpus/ OUT=translated/ [ARGS='--beams 2']   batch prediction with the int8 archive, a worker per core (docs/BATCH.md)"
 	@echo "make fleet   REPLICAS=2 TorchServe replicas behind nginx on 127.0.0.1:8090 (MODEL=...|tiny); make fleet-stop"
 	@echo "             the fleet's front door serves the playground at / and the status page at /status"
 	@echo "make image   build the image with podman: MODEL=<dir>, or MODEL=synthetic for a :standin image (the hub is unreachable here); make image-test builds, runs and stops it"
@@ -130,7 +130,7 @@ archives: $(RUNTIME) kernels
 	$(BIN)/python -m archive.build --model $(MODEL) $(STRICT_FLAG) --out $(STORE)
 	$(if $(filter 1,$(UNPACK)),$(BIN)/python -m archive.unpack $(STORE))
 
-# Batch prediction (docs/BATCH.md): the int8 archive, the shipped defaults, local Ray.
+# Batch prediction (docs/BATCH.md): the int8 archive, the shipped defaults, a worker process per core.
 .PHONY: translate
 translate: archives $(BATCH)
 	@test -n '$(IN)' -a -n '$(OUT)' || { echo "make translate IN=<file, directory or glob> OUT=<directory>"; exit 2; }

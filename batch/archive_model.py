@@ -32,6 +32,7 @@ BATCH_LIMITS = {
     "max_sentences_per_request": 10**9,
     "max_sentences_per_batch": 10**9,
     "max_decode_tokens_per_request": 2**62,
+    "max_chars_per_request": 10**9,  # a .docx's paragraphs, counted as one request's
     # The text stages' deadline still catches a pathological file, per file rather than per request.
     "text_budget_ms": 120_000,
 }

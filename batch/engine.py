@@ -23,7 +23,7 @@ from handlers.scheduling.inline import InlineDriver
 from handlers.scheduling.policy import DecodePolicy
 from handlers.scheduling.run import load_and_warm_up, scheduler_for
 from handlers.sentence_cache import SentenceCache
-from handlers.text.documents import TextFormat
+from handlers.text.documents import DocumentFormat
 from handlers.text.glossary import NO_GLOSSARY, load_tsv
 from handlers.translation.decoding import Decoded, SentenceDecoding
 from handlers.translation.plan import PlannedRequest, plan_request, render
@@ -62,7 +62,7 @@ class UnitTranslator:
         later calls.
         """
         results: dict[tuple[int, int], UnitResult] = {}
-        groups: dict[tuple[TextFormat, int | None], list[tuple[Unit, PlannedRequest]]] = {}
+        groups: dict[tuple[DocumentFormat, int | None], list[tuple[Unit, PlannedRequest]]] = {}
         # Shortest first: the scheduler admits in submission order, so a step's rows hold similar lengths.
         for unit in sorted(units, key=lambda unit: len(unit.text)):
             try:

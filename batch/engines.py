@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from batch import ray_reaper
 from batch.shards import Shard, results_from_json, results_to_json
 from batch.units import JobOptions, UnitResult
 
@@ -160,6 +161,7 @@ def ray_session(address: str | None, cpus: int | None = None) -> Iterator[None]:
     if ray.is_initialized():
         yield
         return
+    session_dir = None
     if address is not None:
         # Every node must have this project installed (docs/BATCH.md): actors import batch and handlers.
         ray.init(address=address, logging_level=logging.WARNING)
@@ -174,7 +176,14 @@ def ray_session(address: str | None, cpus: int | None = None) -> Iterator[None]:
             include_dashboard=False,
             logging_level=logging.WARNING,
         )
+        session_dir = ray_reaper.session_dir()
+    # A local session's processes end with the job, even a SIGKILLed one (batch/ray_reaper.py).
+    watcher = ray_reaper.watch(session_dir) if session_dir else None
     try:
         yield
     finally:
         ray.shutdown()
+        if watcher is not None and session_dir is not None:
+            watcher.kill()
+            watcher.wait()
+            ray_reaper.reap(session_dir)

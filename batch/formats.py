@@ -1,14 +1,18 @@
 """Input files as units, and output files rebuilt around their units' translations.
 
-Every format the server takes (plain text, HTML, SRT, WebVTT, Markdown) keeps its structure: a
-plain-text file is one unit per line (line endings kept, blank lines copied), the others are one
-unit per file (the server's document formats span lines: cues, blocks, tags). JSONL and Parquet
-rows are one unit each, read from a named text column; their output rows gain the translation
-and the identity columns. Errors name the file and the line (InputError).
+Every format the server takes (plain text, HTML, SRT, WebVTT, Markdown, Word and OpenDocument
+text) keeps its structure: a plain-text file is one unit per line (line endings kept, blank lines
+copied), the others are one unit per file (the server's document formats span lines: cues, blocks,
+tags; a .docx or .odt travels as base64, as in an API request, and comes back as the same package
+with only its text changed). JSONL and Parquet rows are one unit each, read from a named text
+column; their output rows gain the translation and the identity columns. Errors name the file and
+the line (InputError).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import re
 from collections.abc import Sequence
@@ -16,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from handlers.text.documents import TextFormat
+from handlers.text.documents import DocumentFormat
 
-Kind = Literal["text", "html", "srt", "vtt", "markdown", "jsonl", "parquet"]
+Kind = Literal["text", "html", "srt", "vtt", "markdown", "docx", "odt", "jsonl", "parquet"]
 KIND_OF_SUFFIX: dict[str, Kind] = {
     ".txt": "text",
     ".text": "text",
@@ -28,10 +32,13 @@ KIND_OF_SUFFIX: dict[str, Kind] = {
     ".vtt": "vtt",
     ".md": "markdown",
     ".markdown": "markdown",
+    ".docx": "docx",
+    ".odt": "odt",
     ".jsonl": "jsonl",
     ".parquet": "parquet",
 }
-DOCUMENT_KINDS: tuple[Kind, ...] = ("html", "srt", "vtt", "markdown")
+DOCUMENT_KINDS: tuple[Kind, ...] = ("html", "srt", "vtt", "markdown", "docx", "odt")
+PACKAGE_KINDS: tuple[Kind, ...] = ("docx", "odt")  # zip packages: base64 in, base64 out
 # Columns a JSONL or Parquet row gains (beside the translation column, `--output-column`).
 IDENTITY_COLUMNS = {
     "model": "translation_model",
@@ -56,7 +63,7 @@ def kind_of(path: Path) -> Kind | None:
     return KIND_OF_SUFFIX.get(path.suffix.lower())
 
 
-def text_format(kind: Kind) -> TextFormat:
+def text_format(kind: Kind) -> DocumentFormat:
     """The server's "format" for a unit of this kind (table rows and text lines are plain text)."""
     return kind if kind in DOCUMENT_KINDS else "text"  # type: ignore[return-value]
 
@@ -66,6 +73,8 @@ def read_units(path: Path, kind: Kind, columns: TableColumns) -> list[str | None
     an empty cell), copied as it is."""
     if kind == "parquet":
         return [_cell(value) for value in _parquet_texts(path, columns)]
+    if kind in PACKAGE_KINDS:
+        return [base64.b64encode(path.read_bytes()).decode("ascii")]
     text = decode(path)
     if kind in DOCUMENT_KINDS:
         return [text if text.strip() else None]
@@ -88,6 +97,9 @@ def write_output(
     target.parent.mkdir(parents=True, exist_ok=True)
     if kind == "parquet":
         _write_parquet(source, columns, staging, translations, alternatives, identity)
+    elif kind in PACKAGE_KINDS:
+        translated = translations[0]
+        staging.write_bytes(source.read_bytes() if translated is None else _package(source, translated))
     else:
         staging.write_bytes(_rebuilt(source, kind, columns, translations, alternatives, identity).encode())
     staging.replace(target)
@@ -143,6 +155,13 @@ def _rebuilt(
         row.update({column: identity[key] for key, column in IDENTITY_COLUMNS.items()})
         rows.append(json.dumps(row, ensure_ascii=False) + "\n")
     return "".join(rows)
+
+
+def _package(source: Path, answer: str) -> bytes:
+    try:
+        return base64.b64decode(answer, validate=True)
+    except binascii.Error:  # the server's answer for a package is always base64
+        raise InputError(f"{source}: the translation came back as no base64 package") from None
 
 
 def _jsonl_rows(path: Path, text: str) -> list[tuple[int, dict[str, Any]]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from handlers.text.documents import TextFormat
+from handlers.text.documents import DocumentFormat
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class Unit:
     file: int  # index of the input file in the job
     index: int  # index of the unit in its file
     text: str
-    text_format: TextFormat = "text"
+    text_format: DocumentFormat = "text"
     # Benchmarks on the offline stand-in only: force the output to this many tokens (the reference
     # translation's length), as bench.latency does. Never set by the command line.
     forced_tokens: int | None = None

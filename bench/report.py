@@ -147,13 +147,14 @@ def batch_section(batch: dict[str, Any], loads: list[dict[str, Any]]) -> list[st
         "",
         f"{batch['n']} Tatoeba sentences, {decode_name(beams)}, output lengths: {batch['output_lengths']}; "
         "a whole run includes loading the model (every worker's), Ray's own start is apart "
-        f"({batch['ray_start_seconds']} s); steady: once every worker has finished a shard.",
+        f"({batch['ray_start_seconds']} s); the last column takes one model load "
+        f"({batch.get('model_load_seconds', '-')} s, timed apart) off the run.",
         "",
-        "| run | sentences | sentences/s, whole run | sentences/s, steady |",
+        "| run | sentences | sentences/s, whole run | sentences/s, after one model load |",
         "|---|---:|---:|---:|",
         *(
             f"| {name.replace('_', ' ')} | {figures['sentences']} | {figures['sentences_per_s']} "
-            f"| {figures.get('steady_sentences_per_s', '-')} |"
+            f"| {figures.get('sentences_per_s_after_load') or '-'} |"
             for name, figures in runs.items()
         ),
     ]

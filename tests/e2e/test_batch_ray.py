@@ -1,6 +1,7 @@
 """The batch job answers as the server does, byte for byte: a few hundred sentences in every format,
-through `python -m batch` on a real local Ray (its default), against a real TorchServe serving the
-same int8 archive; and the fp32 archive against the same server's fp32 version.
+through `python -m batch --engine ray` on a real local Ray, .docx and .odt included, against a real
+TorchServe serving the same int8 archive; and the fp32 archive against the same server's fp32
+version.
 
 Per-row int8 keeps a sentence's ids independent of what it is decoded beside, so the batch job's
 shards, length order and actors cannot change a byte. One Ray start for the module (the job's own).
@@ -8,13 +9,16 @@ shards, length order and actors cannot change a byte. One Ray start for the modu
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -23,6 +27,7 @@ from archive.tatoeba import REPO_ROOT, read_blocks
 from batch.formats import lines
 from serving.torchserve import TorchServe
 from tests.e2e.test_formats import MARKDOWN, SRT, VTT
+from tests.unit.test_office import odt_file, word_file
 
 pytestmark = [pytest.mark.e2e, pytest.mark.long(seconds=89)]
 
@@ -64,10 +69,13 @@ def test_batch_job_on_local_ray_answers_as_the_server_byte_for_byte(
     documents = {"docs/a.html": HTML, "docs/b.srt": SRT, "docs/c.vtt": VTT, "docs/d.md": MARKDOWN}
     for name, text in documents.items():
         (corpus / name).write_bytes(text.encode())
+    packages = {"docs/e.docx": word_file(), "docs/f.odt": odt_file()}
+    for name, data in packages.items():
+        (corpus / name).write_bytes(data)
 
     job = run_batch(corpus, out, tiny_store / "zh_en_int8.mar", "--shard-chars", "1000")
     assert job.returncode == 0, job.stderr
-    assert "7 files written" in job.stdout
+    assert "9 files written" in job.stdout
 
     served = [answer["translation"] for answer in server_translations(server, [*SOURCES[:150], SOURCES[0]])]
     expected_lines = [*served[:150], "", served[150] + "\r"]
@@ -83,6 +91,10 @@ def test_batch_job_on_local_ray_answers_as_the_server_byte_for_byte(
         assert response.status_code == 200, response.text
         assert (out / name).read_bytes() == response.json()["translation"].encode(), name
         assert json.loads((out / f"{name}.batch.json").read_text())["version"] == response.json()["version"]
+    for name, data in packages.items():  # base64 in and out, as an API client sends them
+        response = server.client.translate(base64.b64encode(data).decode(), format=name.rsplit(".")[-1])
+        assert response.status_code == 200, response.text
+        assert (out / name).read_bytes() == base64.b64decode(response.json()["translation"]), name
 
 
 def test_beams_glossary_and_alternatives_as_the_api_takes_them(
@@ -130,3 +142,22 @@ def test_the_fp32_archive_answers_as_the_fp32_version_served(
         client.unregister("1.0-fp32")
     assert (out / "lines.txt").read_text() == "\n".join(served) + "\n"
     assert json.loads((out / "lines.txt.batch.json").read_text())["version"] == "1.0-fp32"
+
+
+def test_a_killed_job_leaves_no_ray_process_behind(tiny_store: Path, tmp_path: Path) -> None:
+    """A SIGKILLed job runs no code: batch.ray_reaper's watcher ends its local Ray session for it."""
+    corpus, out = tmp_path / "lines.txt", tmp_path / "out"
+    corpus.write_text("\n".join(SOURCES[:400]) + "\n")
+    command = [sys.executable, "-m", "batch", "translate", str(corpus), str(out), "--engine", "ray"]
+    command += ["--archive", str(tiny_store / "zh_en_int8.mar"), "--shard-units", "4"]
+    job = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 180
+    while not list(out.glob(".batch/*/shard-*.jsonl")):  # Ray and its actors at work
+        assert job.poll() is None and time.monotonic() < deadline, job.communicate()[1]
+        time.sleep(0.05)
+    ray_processes = psutil.Process(job.pid).children(recursive=True)
+    assert any("raylet" in " ".join(process.cmdline()) for process in ray_processes)
+    job.kill()
+    job.wait()
+    _, alive = psutil.wait_procs(ray_processes, timeout=30)
+    assert not alive, [" ".join(process.cmdline())[:120] for process in alive]

@@ -105,15 +105,17 @@ def test_a_bad_file_fails_alone_and_the_summary_names_file_and_line(
         "1\n00:00:01,000 --> 00:00:02,000\n你好。\n\n2\n00:00:03,000 -> 00:00:04,000\n"
     )
     (corpus / "rows.jsonl").write_text('{"text": "你好。"}\n\n{"text": "你好。"\n')
+    (corpus / "report.docx").write_bytes(b"PK not a zip")
 
     assert translate([corpus, out, "--archive", int8_archive]) == 1
 
     errors = capsys.readouterr().err
     assert "batch: 1/1 shards, 1 sentences," in errors and "sentences/s" in errors and "ETA" in errors
-    assert "3 files failed" in errors
+    assert "4 files failed" in errors
     assert f"{corpus / 'gbk.txt'}: line 2, byte 1: not UTF-8" in errors
     assert f"{corpus / 'broken.srt'}: not SRT: line 5: expected a cue" in errors
     assert f"{corpus / 'rows.jsonl'}: line 3: not JSON" in errors
+    assert f"{corpus / 'report.docx'}: " in errors and "not a .docx file" in errors
     assert (out / "good.txt").is_file() and sorted(p.name for p in out.iterdir()) == [
         ".batch",
         "good.txt",
