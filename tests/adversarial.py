@@ -11,12 +11,19 @@ A case is deterministic (no randomness): the same list every run, so a slow one 
 
 from __future__ import annotations
 
+import base64
+import functools
+import io
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
+from xml.sax.saxutils import escape
 
-Entry = Literal["text", "html", "srt", "vtt", "markdown", "libretranslate"]
-ENTRIES: tuple[Entry, ...] = ("text", "html", "srt", "vtt", "markdown", "libretranslate")
+Entry = Literal["text", "html", "srt", "vtt", "markdown", "libretranslate", "docx", "odt"]
+OfficeEntry = Literal["docx", "odt"]
+OFFICE_ENTRIES: tuple[OfficeEntry, ...] = ("docx", "odt")
+ENTRIES: tuple[Entry, ...] = ("text", "html", "srt", "vtt", "markdown", "libretranslate", *OFFICE_ENTRIES)
 # docs/API.md "Limits": characters per text (max_chars_per_text).
 MAX_CHARS = 5000
 # Every line break some code here or in a parser may read: CommonMark, SRT and WebVTT break at the
@@ -258,8 +265,110 @@ def _format_shapes(size: int) -> Iterator[Case]:
     yield Case("html", "html: notranslate nesting", fill('<span translate="no">', size))
 
 
+# A .docx or .odt as small as its reader takes: the main part and what marks the kind.
+OFFICE_SHELL = {
+    "docx": (
+        '<?xml version="1.0"?><w:document xmlns:w="http://schemas.openxmlformats.org/'
+        'wordprocessingml/2006/main"><w:body>',
+        "</w:body></w:document>",
+    ),
+    "odt": (
+        '<?xml version="1.0"?><office:document-content xmlns:office="urn:oasis:names:tc:'
+        'opendocument:xmlns:office:1.0" xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0">'
+        "<office:body><office:text>",
+        "</office:text></office:body></office:document-content>",
+    ),
+}
+OFFICE_PARAGRAPH = {
+    "docx": '<w:p><w:r><w:t xml:space="preserve">{}</w:t></w:r></w:p>',
+    "odt": "<text:p>{}</text:p>",
+}
+OFFICE_MAIN_PART = {"docx": "word/document.xml", "odt": "content.xml"}
+
+
+def zip_package(entries: dict[str, bytes], compression: int = zipfile.ZIP_DEFLATED) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression) as made:
+        for name, data in entries.items():
+            made.writestr(name, data, zipfile.ZIP_STORED if name == "mimetype" else compression)
+    return out.getvalue()
+
+
+def office_file(kind: OfficeEntry, main_part: bytes) -> bytes:
+    """A package of `kind` around this main part (anything: it may be built to be slow)."""
+    marker = (
+        {"[Content_Types].xml": b""}
+        if kind == "docx"
+        else {"mimetype": b"application/vnd.oasis.opendocument.text"}
+    )
+    return zip_package({**marker, OFFICE_MAIN_PART[kind]: main_part})
+
+
+def office_body(kind: OfficeEntry, body: str) -> bytes:
+    """`body` as a document's paragraphs, one per line ("\n"; every other break stays in the text)."""
+    head, tail = OFFICE_SHELL[kind]
+    paragraphs = "".join(OFFICE_PARAGRAPH[kind].format(escape(line)) for line in body.split("\n"))
+    return (head + paragraphs + tail).encode("utf-8", "surrogatepass")
+
+
+def as_request_text(data: bytes) -> str:
+    """A file as a request's text carries it: base64."""
+    return base64.b64encode(data).decode("ascii")
+
+
+def office_xml_shapes(kind: OfficeEntry, size: int) -> Iterator[tuple[str, bytes]]:
+    """Main parts built to be slow for a tag-by-tag reader: `size` x 20 tags each (100,000 tags, just
+    under the main part's 4 MiB cap, at the documented 5,000 characters)."""
+    count = size * 20
+    head, tail = OFFICE_SHELL[kind]
+    p, r, t = ("w:p", "w:r", "w:t") if kind == "docx" else ("text:p", "text:span", "text:s")
+    runs = {
+        "docx": "<w:r><w:rPr><w:b/></w:rPr><w:t>你</w:t></w:r><w:r><w:t>好</w:t></w:r>",
+        "odt": '<text:span text:style-name="b">你</text:span>好',
+    }[kind]
+    text = OFFICE_PARAGRAPH[kind].format
+    shapes = {
+        "nested paragraphs": f"<{p}>" * count + text("你好") + f"</{p}>" * count,
+        "tiny runs in one paragraph": f"<{p}>" + runs * (count // 2) + f"</{p}>",
+        "unclosed brackets": text("<" * count),
+        "entities": text("你" + "&amp;&#20320;" * (count // 2)),
+        "empty runs": f"<{p}>" + f"<{r}/>" * count + "你" + f"</{p}>",
+        "unclosed runs": f"<{p}>" + f"<{r}>" * count + "你" + f"</{p}>",
+        "closers without openers": f"</{r}>" * count + text("你好"),
+        "comments and cdata": text("你") + "<!--a-->" * (count // 2) + "<![CDATA[x]]>" * (count // 2),
+        "spaces elements": f"<{p}>" + f"<{t}/>你" * count + f"</{p}>",
+    }
+    for name, xml in shapes.items():
+        yield f"{kind}: {name}", (head + xml + tail).encode()
+
+
+@functools.cache
+def _zip_bomb(kind: OfficeEntry) -> bytes:
+    return office_file(kind, b"\0" * (64 << 20))  # 0.3 s to deflate: made once
+
+
+def hostile_packages(kind: OfficeEntry) -> Iterator[tuple[str, bytes]]:
+    """Packages that must be refused before much is read."""
+    main = OFFICE_MAIN_PART[kind]
+    yield f"{kind}: a zip bomb (64 MiB of zeros in 64 KiB)", _zip_bomb(kind)
+    yield f"{kind}: 2,000 entries", zip_package({f"x{n}": b"" for n in range(2000)} | {main: b""})
+    yield f"{kind}: not a zip", b"PK\x03\x04" + b"x" * 1000
+    yield f"{kind}: a main part that is not UTF-8", office_file(kind, "你好".encode("gbk"))
+
+
+def _office_cases(size: int) -> Iterator[Case]:
+    for kind in OFFICE_ENTRIES:
+        for shape, body in _bodies(size):
+            yield Case(kind, shape, as_request_text(office_file(kind, office_body(kind, body))))
+        for shape, main_part in office_xml_shapes(kind, size):
+            yield Case(kind, shape, as_request_text(office_file(kind, main_part)))
+        for shape, data in hostile_packages(kind):
+            yield Case(kind, shape, as_request_text(data))
+
+
 def cases(size: int = MAX_CHARS) -> list[Case]:
-    """Every shape for every entry point, each text at most `size` characters."""
+    """Every shape for every entry point, each text at most `size` characters (a .docx or .odt: its
+    text at most `size` characters, the file as base64 as long as it comes)."""
     out: list[Case] = []
     for shape, body in _bodies(size):
         out.append(Case("text", shape, body))
@@ -269,4 +378,5 @@ def cases(size: int = MAX_CHARS) -> list[Case]:
         out.append(Case("srt", shape, _srt(body)[:size]))
         out.append(Case("vtt", shape, _vtt(body)[:size]))
     out += _format_shapes(size)
+    out += _office_cases(size)
     return [case for case in out if case.text.strip()]

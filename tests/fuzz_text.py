@@ -8,7 +8,8 @@
 
 An entry point is what one request's text goes through before and after the model (the text
 stages): plain text, HTML, SRT, WebVTT and Markdown (the language check, plan_document, render),
-and LibreTranslate's routes (the form as the front door passes it on, source "auto", parsing,
+.docx and .odt files (as base64: the package read, its paragraphs planned as HTML, the file
+rebuilt), and LibreTranslate's routes (the form as the front door passes it on, source "auto", parsing,
 plan, render; and /detect). The model is not called: each sentence's "translation" is its masked
 input, every placeholder token included, which is what render() finds hardest to put back.
 Inputs are the adversarial cases (tests/adversarial.py) and Hypothesis texts made of long runs of
@@ -41,12 +42,25 @@ from bench.common import run_folder, writable
 from bench.signature import signature
 from handlers.errors import Refused
 from handlers.handler_config import HandlerConfig
-from handlers.text.documents import TextFormat, plan_document
+from handlers.text.documents import DocumentFormat, plan_document
 from handlers.text.glossary import Glossary
 from handlers.text.scripts import check_language
 from handlers.wire.envelopes import read_body
 from handlers.wire.errors import InvalidRequest
-from tests.adversarial import ENTRIES, LINE_BREAKS, MAX_CHARS, REPEATS, RUNS, Case, Entry, cases
+from tests.adversarial import (
+    ENTRIES,
+    LINE_BREAKS,
+    MAX_CHARS,
+    OFFICE_ENTRIES,
+    REPEATS,
+    RUNS,
+    Case,
+    Entry,
+    as_request_text,
+    cases,
+    office_body,
+    office_file,
+)
 
 CONFIG = HandlerConfig()
 BUDGET_SECONDS = getattr(CONFIG, "text_budget_ms", 2000) / 1000
@@ -75,9 +89,10 @@ def run_entry(entry: str, text: str) -> str:
         if entry == "libretranslate":
             _libretranslate(text)
         else:
-            fmt: TextFormat = "text" if entry == "text" else entry  # type: ignore[assignment]
-            check_language(text, "text")
+            fmt: DocumentFormat = entry  # type: ignore[assignment]
             document = plan_document(text, fmt, GLOSSARY)
+            # As plan_request: a file's paragraphs (its HTML) are what the language check reads.
+            check_language(text if document.office is None else document.office.html, "text")
             document.render(document.model_inputs)
     except (Refused, InvalidRequest) as refusal:
         return f"{type(refusal).__name__}: {str(refusal)[:120]}"
@@ -130,6 +145,8 @@ def hypothesis_worst(entry: Entry, examples: int, budget: float) -> tuple[Measur
     )
     @given(text=texts)
     def explore(text: str) -> None:
+        if entry in OFFICE_ENTRIES:  # the text as a file's paragraphs
+            text = as_request_text(office_file(entry, office_body(entry, text)))
         result = measure(entry, "hypothesis", text)
         if not worst or result.seconds > worst[0].seconds:
             worst[:] = [result]

@@ -13,8 +13,9 @@ first text node and its other nodes are emptied; plain text goes to the base pie
 it to the first, if the model changed how many there are).
 
 Bounded: at most MAX_ENTRIES entries, MAX_MAIN_PART_BYTES of main part and MAX_INFLATED_BYTES in
-all, inflated (each read with a cap, so a zip bomb stops there), one linear pass over the main
-part's tags, one over the translation.
+all, inflated (each read with a cap, so a zip bomb stops there), one linear pass over at most
+MAX_TAGS of the main part's tags, one over the translation; a paragraph whose formatting changes
+more often than a text may hold protected spans is refused before its HTML is built.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Literal
 
-from handlers.errors import OverLimit, Unparsable
+from handlers.errors import OverLimit, TooManyProtectedSpans, Unparsable
 from handlers.text.budget import check
+from handlers.text.protection import MAX_PROTECTED_SPANS
 from handlers.text.scripts import has_han
 
 OfficeFormat = Literal["docx", "odt"]
@@ -54,7 +56,10 @@ DAMAGED = (
 MAX_INFLATED_BYTES = 32 * 1024 * 1024
 MAIN_PART = {"docx": "word/document.xml", "odt": "content.xml"}
 ODT_MIMETYPE = b"application/vnd.oasis.opendocument.text"
-MAX_MAIN_PART_BYTES = 4 * 1024 * 1024  # about 100,000 tags: a 128 KiB upload inflates to less
+MAX_MAIN_PART_BYTES = 4 * 1024 * 1024  # a 128 KiB upload inflates to less
+# Short tags pack 550,000 into 4 MiB, and reading them took 4 s (make fuzz). A Word page holds a few
+# hundred; 200,000 is a document of well over a hundred pages, read in about half a second.
+MAX_TAGS = 200_000
 # A tag: "<", an optional "/", its name if it has one (not <?xml or <!--), then anything up to ">".
 # Each part is one class the next cannot match the start of: linear, whatever the input.
 TAG = re.compile(r"<(/?)([A-Za-z_][\w.:-]*)?[^<>]*>")
@@ -152,6 +157,12 @@ def read_office(data: bytes, kind: OfficeFormat) -> OfficeText:
     for number, paragraph in enumerate(translated):
         check()
         base = paragraph.pieces[0].formatting
+        spans = sum(piece.formatting != base for piece in paragraph.pieces)
+        if spans > MAX_PROTECTED_SPANS:  # the HTML path would refuse it, after building it all
+            raise TooManyProtectedSpans(
+                f"paragraph {number} changes its formatting {spans} times: more than "
+                f"{MAX_PROTECTED_SPANS} protected spans in one text"
+            )
         paragraph.first_id = piece_id
         parts.append(f"<p id={number}>")
         for piece in paragraph.pieces:
@@ -215,8 +226,10 @@ def _repackaged(original: bytes, main: str, xml: bytes) -> bytes:
 
 def _tags(xml: str) -> Iterator[tuple[int, int, str, str]]:
     """(start, end, name, kind) of each tag; kind is "open", "close", "empty" or "other"."""
-    for match in TAG.finditer(xml):
+    for count, match in enumerate(TAG.finditer(xml)):
         check()
+        if count == MAX_TAGS:
+            raise OverLimit(f"the file's text has more than {MAX_TAGS} tags; send it in parts")
         slash, name = match.groups()
         start, end = match.span()
         if name is None:

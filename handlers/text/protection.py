@@ -59,6 +59,7 @@ _URL_TRAILING = ".,;:!?)]}'\""
 
 # Protected spans stand in the text as private-use characters while it is split into sentences.
 _FIRST_SLOT, _LAST_SLOT = 0xE000, 0xF8FF
+MAX_PROTECTED_SPANS = _LAST_SLOT - _FIRST_SLOT + 1  # a slot per span: one private-use character each
 SLOT = re.compile(f"[{chr(_FIRST_SLOT)}-{chr(_LAST_SLOT)}]")
 _ALNUM = re.compile("[A-Za-z0-9]")
 # restore(): where a token may stand in a translation ("ZX12", "zx 12"), and what may not stand
@@ -92,10 +93,8 @@ class Protected:
 
     def slot_for(self, span: str, rendering: str | None = None) -> str:
         """A new slot for span; a rendering (a glossary term's target) makes it a term's slot."""
-        if _FIRST_SLOT + len(self.spans) > _LAST_SLOT:
-            raise TooManyProtectedSpans(
-                f"more than {_LAST_SLOT - _FIRST_SLOT + 1} protected spans in one text"
-            )
+        if len(self.spans) >= MAX_PROTECTED_SPANS:
+            raise TooManyProtectedSpans(f"more than {MAX_PROTECTED_SPANS} protected spans in one text")
         self.spans.append(span)
         self.renderings.append(span if rendering is None else rendering)
         slot = chr(_FIRST_SLOT + len(self.spans) - 1)

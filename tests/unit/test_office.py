@@ -13,7 +13,6 @@ import io
 import re
 import time
 import zipfile
-from collections.abc import Callable
 
 import docx
 import pytest
@@ -23,10 +22,20 @@ from odf.style import Style, TextProperties
 from odf.table import Table, TableCell, TableColumn, TableRow
 from odf.text import H, P, Span
 
-from handlers.errors import OverLimit, TooCostly, Unparsable
+from handlers.errors import OverLimit, TooCostly, TooManyProtectedSpans, Unparsable
 from handlers.text.budget import text_budget
 from handlers.text.documents import plan_document
-from handlers.text.office import read_office
+from handlers.text.office import MAX_TAGS, OfficeFormat, read_office
+from handlers.text.protection import MAX_PROTECTED_SPANS
+from tests.adversarial import (
+    MAX_CHARS,
+    OFFICE_ENTRIES,
+    OFFICE_SHELL,
+    hostile_packages,
+    office_file,
+    office_xml_shapes,
+    zip_package,
+)
 
 BUDGET_S = 1.0
 
@@ -137,67 +146,41 @@ def test_markup_and_entities_in_the_text_stay_text() -> None:
     assert back.paragraphs[0].text == "价格 <5 & >3 的“东西”。"
 
 
-def package(entries: dict[str, bytes], compression: int = zipfile.ZIP_DEFLATED) -> bytes:
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", compression) as made:
-        for name, data in entries.items():
-            made.writestr(name, data)
-    return out.getvalue()
-
-
-DOCX_HEAD = '<?xml version="1.0"?><w:document xmlns:w="w"><w:body>'
-HOSTILE: dict[str, tuple[Callable[[], bytes], type[Exception]]] = {
-    "a zip bomb (64 MiB of zeros in 64 KiB)": (
-        lambda: package({"[Content_Types].xml": b"", "word/document.xml": b"\0" * (64 << 20)}),
-        OverLimit,
-    ),
-    "not a zip": (lambda: b"PK\x03\x04" + b"x" * 1000, Unparsable),
-    "a zip without the main part": (lambda: package({"[Content_Types].xml": b""}), Unparsable),
-    "2,000 entries": (
-        lambda: package({f"x{n}": b"" for n in range(2000)} | {"[Content_Types].xml": b""}),
-        OverLimit,
-    ),
-    "a main part that is not UTF-8": (
-        lambda: package({"[Content_Types].xml": b"", "word/document.xml": "你好".encode("gbk")}),
-        Unparsable,
-    ),
-}
+HOSTILE = {shape: data for kind in OFFICE_ENTRIES for shape, data in hostile_packages(kind)}
+HOSTILE |= {"docx: a zip without the main part": zip_package({"[Content_Types].xml": b""})}
+OVER_LIMIT = ("zip bomb", "2,000 entries")  # the rest are not files of their kind: Unparsable
 
 
 @pytest.mark.timed  # wall-clock bounds: run alone
-@pytest.mark.parametrize("name", list(HOSTILE))
-def test_hostile_packages_are_refused_at_once(name: str) -> None:
-    make, error = HOSTILE[name]
-    data = make()
+@pytest.mark.parametrize("shape", list(HOSTILE))
+def test_hostile_packages_are_refused_at_once(shape: str) -> None:
+    kind: OfficeFormat = "docx" if shape.startswith("docx") else "odt"
+    error = OverLimit if any(name in shape for name in OVER_LIMIT) else Unparsable
     began = time.monotonic()
     with pytest.raises(error):
-        read_office(data, "docx")
+        read_office(HOSTILE[shape], kind)
     assert time.monotonic() - began < BUDGET_S  # the bomb is inflated up to the cap, 4 MiB
 
 
-SLOW_XML = {
-    # Each just under the main part's 4 MiB.
-    "100,000 nested paragraphs": "<w:p>" * 100_000 + "<w:r><w:t>你好</w:t></w:r>" + "</w:p>" * 100_000,
-    "100,000 tiny runs": "<w:p>"
-    + "<w:r><w:rPr><w:b/></w:rPr><w:t>你</w:t></w:r><w:r><w:t>好</w:t></w:r>" * 50_000
-    + "</w:p>",
-    "a run of unclosed brackets": "<w:p><w:r><w:t>" + "<" * 200_000 + "</w:t></w:r></w:p>",
-    "a run of entities": "<w:p><w:r><w:t>你" + "&amp;&#20320;" * 50_000 + "</w:t></w:r></w:p>",
-}
+# Each main part just under the 4 MiB cap (tests/adversarial.py).
+SLOW_XML = {shape: data for kind in OFFICE_ENTRIES for shape, data in office_xml_shapes(kind, MAX_CHARS)}
 
 
 @pytest.mark.timed
-@pytest.mark.parametrize("name", list(SLOW_XML))
-def test_xml_built_to_be_slow_is_done_or_refused_within_the_text_budget(name: str) -> None:
+@pytest.mark.parametrize("shape", list(SLOW_XML))
+def test_xml_built_to_be_slow_is_done_or_refused_within_the_text_budget(shape: str) -> None:
     """As every text stage: linear, and under the request's budget (handlers/text/budget.py) it
-    finishes or is refused as too costly, never more than a moment past the budget."""
-    data = package({"[Content_Types].xml": b"", "word/document.xml": (DOCX_HEAD + SLOW_XML[name]).encode()})
+    finishes, or is refused (too many tags or spans, or too costly), never more than a moment past
+    the budget."""
+    kind: OfficeFormat = "docx" if shape.startswith("docx") else "odt"
+    data = office_file(kind, SLOW_XML[shape])
     began = time.monotonic()
-    with contextlib.suppress(TooCostly), text_budget(BUDGET_S / 2, "reading the file"):
-        office = read_office(data, "docx")
+    refusals = (TooCostly, OverLimit, TooManyProtectedSpans)
+    with contextlib.suppress(*refusals), text_budget(BUDGET_S / 2, "reading the file"):
+        office = read_office(data, kind)
         office.rebuild(office.html)
     # The budget, then at most one step past it (inflating or deflating the 4 MiB part, say).
-    assert time.monotonic() - began < BUDGET_S * 1.5, name
+    assert time.monotonic() - began < BUDGET_S * 1.5, shape
 
 
 def damaged(data: bytes, at: int) -> str:
@@ -218,3 +201,24 @@ def test_a_damaged_file_is_refused_or_read_never_a_crash(at: int) -> None:
     missed what is read; any other exception would be the handler's 500."""
     with contextlib.suppress(Unparsable, OverLimit):
         plan_document(damaged(word_file(), at), "docx")
+
+
+def test_a_file_past_the_tag_cap_is_refused_naming_it() -> None:
+    """MAX_TAGS bounds the reading: 550,000 short tags fit in the 4 MiB part and took 4 s to read."""
+    head, tail = OFFICE_SHELL["docx"]
+    xml = head + "<w:p><w:r><w:t>你好</w:t></w:r></w:p>" * (MAX_TAGS // 6) + tail
+    with pytest.raises(OverLimit, match=f"more than {MAX_TAGS} tags"):
+        read_office(office_file("docx", xml.encode()), "docx")
+    fewer = head + "<w:p><w:r><w:t>你好</w:t></w:r></w:p>" * (MAX_TAGS // 6 - 10) + tail
+    assert read_office(office_file("docx", fewer.encode()), "docx").html.count("<p ") == MAX_TAGS // 6 - 10
+
+
+def test_a_paragraph_of_more_formatting_changes_than_spans_is_refused_before_its_html() -> None:
+    head, tail = OFFICE_SHELL["docx"]
+    bold, plain = "<w:r><w:rPr><w:b/></w:rPr><w:t>你</w:t></w:r>", "<w:r><w:t>好</w:t></w:r>"
+    many = head + "<w:p>" + (plain + bold) * (MAX_PROTECTED_SPANS + 1) + "</w:p>" + tail
+    with pytest.raises(TooManyProtectedSpans, match="paragraph 0 changes its formatting"):
+        read_office(office_file("docx", many.encode()), "docx")
+    enough = head + "<w:p>" + (plain + bold) * (MAX_PROTECTED_SPANS // 2) + "</w:p>" + tail
+    html = read_office(office_file("docx", enough.encode()), "docx").html
+    assert html.count("<span") == MAX_PROTECTED_SPANS // 2
