@@ -1,7 +1,8 @@
 """LibreTranslate's /translate_file and /download_file at the front door, through real nginx to the
-session's tiny replica: each text format round trips, a download is its client's alone and expires,
-and every refusal is LibreTranslate's 400 {"error": ...}. The stand-in's words are noise: a download
-is checked against the native route's translation of the same text and format, never its wording.
+session's tiny replica, with plain HTTP and the real libretranslate-aio client: each text format
+round trips, a download is its client's alone and expires, and every refusal is LibreTranslate's
+400 {"error": ...}. The stand-in's words are noise: a download is checked against the native
+route's translation of the same text and format, never its wording.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any
 import docx
 import pytest
 import requests
+from libretranslate_aio import LibreTranslate
+from libretranslate_aio.exceptions import ForbiddenError
 from odf import teletype
 from odf.opendocument import load
 from odf.text import P, Span
@@ -159,7 +162,8 @@ HAN = re.compile("[\u4e00-\u9fff]")
 
 
 def test_a_word_file_comes_back_translated_with_its_structure(door: FrontDoor, key: str) -> None:
-    url = download_url(translate_file(door, key, "report.docx", word_file()))
+    sent = word_file()  # made once: python-docx stamps each entry with the time (2 s resolution)
+    url = download_url(translate_file(door, key, "report.docx", sent))
     got = requests.get(url, params={"api_key": key}, timeout=30)
     assert got.status_code == 200 and got.headers["content-type"].startswith("application/vnd.openxml")
     back = docx.Document(io.BytesIO(got.content))
@@ -172,7 +176,7 @@ def test_a_word_file_comes_back_translated_with_its_structure(door: FrontDoor, k
     # The native route answers the same file, as base64.
     native_answer = requests.post(
         f"{door.url}/predictions/zh_en",
-        json={"text": base64.b64encode(word_file()).decode(), "format": "docx"},
+        json={"text": base64.b64encode(sent).decode(), "format": "docx"},
         headers={"Authorization": f"Bearer {key}"},
         timeout=60,
     )
@@ -194,3 +198,34 @@ def test_an_odt_comes_back_translated_with_its_structure(door: FrontDoor, key: s
 def test_a_broken_office_file_is_refused_as_libretranslate_would(door: FrontDoor, key: str) -> None:
     assert_error(translate_file(door, key, "report.docx", b"PK not a zip"), 400, "not a .docx file")
     assert_error(translate_file(door, key, "report.odt", word_file()), 400, "not a .odt file")
+
+
+def test_libretranslate_aio_translates_a_word_file_and_reads_the_servers_settings(
+    door: FrontDoor, key: str, tmp_path: Path
+) -> None:
+    """The real libretranslate-aio client (PyPI), as its users call it: translate_file with a path,
+    then the link it answers fetched with the key; detect, languages, settings, health and suggest."""
+    report = tmp_path / "report.docx"
+    report.write_bytes(word_file())
+    with LibreTranslate(door.url, api_key=key) as client:
+        result = client.translate_file(report, "zh", "en")
+        assert result.translated_file_url.startswith(f"{door.url}/download_file/")
+        got = requests.get(result.translated_file_url, params={"api_key": key}, timeout=30)
+        assert got.status_code == 200, got.text
+        assert [run.bold for run in docx.Document(io.BytesIO(got.content)).paragraphs[1].runs] == [
+            None,
+            True,
+            None,
+        ]
+        assert client.translate("汤姆不会同意的。", "zh", "en").translated_text
+        best = client.detect("汤姆不会同意的。")[0]
+        assert (best.language, best.confidence) == ("zh-Hans", 100.0)
+        assert "zh-Hans" in {language.code for language in client.languages()}
+        settings = client.frontend_settings()
+        assert settings.key_required and settings.char_limit == 5000
+        assert {".docx", ".odt"} <= set(settings.supported_files_format)
+        assert client.health()
+        with pytest.raises(ForbiddenError, match="Suggestions are disabled"):
+            client.suggest("你好", "hello", "zh", "en")
+    # LibreTranslate's links work for anyone who has them; ours only with the key that sent the file.
+    assert requests.get(result.translated_file_url, timeout=30).status_code == 400
