@@ -124,6 +124,22 @@ def model_load_seconds(archive: Path, options: JobOptions) -> float:
     return round(time.perf_counter() - started, 2)
 
 
+def ratios_of(runs: dict[str, Any]) -> dict[str, float]:
+    """Ray against local on the same shards, over the whole run and, where both runs are long enough
+    to take one model load off (not a smoke run), at steady state."""
+    rate = {name: figures["sentences_per_s"] for name, figures in runs.items()}
+    ratios = {
+        "ray_one_actor_vs_in_process": round(rate["ray_one_actor"] / rate["in_process"], 3),
+        "ray_per_core_vs_local_per_core": round(rate["ray_per_core"] / rate["local_per_core"], 3),
+    }
+    steady = {name: figures["sentences_per_s_after_load"] for name, figures in runs.items()}
+    if steady["ray_one_actor"] and steady["in_process"]:
+        ratios["ray_one_actor_vs_in_process_after_load"] = round(
+            steady["ray_one_actor"] / steady["in_process"], 3
+        )
+    return ratios
+
+
 def run(model_dir: Path, count: int, overhead_count: int, say: Any, beams: int = 4) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
@@ -158,7 +174,6 @@ def run(model_dir: Path, count: int, overhead_count: int, say: Any, beams: int =
             runs["ray_one_actor"] = timed(RayEngine(archive, options, threads=1, actors=1), few, load, say)
             say(f"Ray, one actor per core ({per_core}), every shard")
             runs["ray_per_core"] = timed(RayEngine(archive, options, threads=1), shards, load, say)
-    rate = {name: figures["sentences_per_s"] for name, figures in runs.items()}
     return {
         "model": str(model_dir),
         "standin": standin,
@@ -177,10 +192,7 @@ def run(model_dir: Path, count: int, overhead_count: int, say: Any, beams: int =
         "model_load_seconds": load,
         "ray_start_seconds": ray_start,
         "runs": runs,
-        "ratios": {
-            "ray_one_actor_vs_in_process": round(rate["ray_one_actor"] / rate["in_process"], 3),
-            "ray_per_core_vs_local_per_core": round(rate["ray_per_core"] / rate["local_per_core"], 3),
-        },
+        "ratios": ratios_of(runs),
     }
 
 
