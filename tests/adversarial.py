@@ -317,8 +317,8 @@ def as_request_text(data: bytes) -> str:
 
 
 def office_xml_shapes(kind: OfficeEntry, size: int) -> Iterator[tuple[str, bytes]]:
-    """Main parts built to be slow for a tag-by-tag reader: `size` x 20 tags each (100,000 tags, just
-    under the main part's 4 MiB cap, at the documented 5,000 characters)."""
+    """Main parts built to be slow for a tag-by-tag reader: each repeats its unit `size` x 20 times
+    (100,000 at the documented 5,000 characters; the largest, 3.6 MB, under the main part's 4 MiB)."""
     count = size * 20
     head, tail = OFFICE_SHELL[kind]
     p, r, t = ("w:p", "w:r", "w:t") if kind == "docx" else ("text:p", "text:span", "text:s")
