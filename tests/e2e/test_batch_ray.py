@@ -29,7 +29,7 @@ from serving.torchserve import TorchServe
 from tests.e2e.test_formats import MARKDOWN, SRT, VTT
 from tests.unit.test_office import odt_file, word_file
 
-pytestmark = [pytest.mark.e2e, pytest.mark.long(seconds=89)]
+pytestmark = [pytest.mark.e2e, pytest.mark.long(seconds=55)]
 
 SOURCES = [block.source for block in read_blocks()]
 HTML = "<html><body><h1>欢迎</h1><p>今天<b>天气</b>很好。我们去公园吧！</p><p>Price: 5 元</p></body></html>\n"
@@ -144,6 +144,7 @@ def test_the_fp32_archive_answers_as_the_fp32_version_served(
     assert json.loads((out / "lines.txt.batch.json").read_text())["version"] == "1.0-fp32"
 
 
+@pytest.mark.soak  # a fault drill: `make soak` (and CI), not `make test`
 def test_a_killed_job_leaves_no_ray_process_behind(tiny_store: Path, tmp_path: Path) -> None:
     """A SIGKILLed job runs no code: batch.ray_reaper's watcher ends its local Ray session for it."""
     corpus, out = tmp_path / "lines.txt", tmp_path / "out"

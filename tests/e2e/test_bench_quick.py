@@ -1,8 +1,9 @@
-"""`make bench-quick` on the tiny stand-in, in two halves that `make bench-check` runs side by side
-(78 and 213 s in one run at 7f45fa2, where the whole took 326 s as one test): each runs its steps of
-`python -m bench.run_all --quick`, then the report, and the results, report and plots appear. This
-module: the quality and latency steps (the quick ladder forks its rungs, bench.latency.rung_processes);
-test_bench_quick_serving.py: the Locust loads, bench.mixed and the batch job."""
+"""`make bench-quick` on the tiny stand-in, in three parts that `make bench-check` runs side by
+side (the whole took 326 s as one test at 7f45fa2; the serving part alone 350 s at b6d611a): each
+runs its steps of `python -m bench.run_all --quick`, then the report, and the results, report and
+plots appear. This module: the quality and latency steps (the quick ladder forks its rungs,
+bench.latency.rung_processes); test_bench_quick_serving.py: the Locust loads;
+test_bench_quick_batch.py: bench.mixed and the batch job."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from tests.soak.chaos import EVENTS, KINDS, run_chaos, table
 from tests.soak.faults import kill_worker_under_load
 from tests.soak.fleet_faults import load_key, under_load
 
-pytestmark = pytest.mark.soak
+pytestmark = [pytest.mark.soak, pytest.mark.long(seconds=205)]  # seconds: the longest start first
 
 QUICK = {"num_beams": 1, "max_new_tokens": 12}
 CONCURRENCY = 4

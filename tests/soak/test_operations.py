@@ -31,7 +31,7 @@ from tests.soak.faults import (
 from tests.soak.steady_load import SteadyLoad
 from tests.waiting import wait_until
 
-pytestmark = pytest.mark.soak
+pytestmark = [pytest.mark.soak, pytest.mark.long(seconds=250)]  # seconds: the longest start first
 
 TEXTS = ["汤姆不会同意的。", "我要看病。", "那个穿棕色大衣的女人是谁？", "如果今天是星期日，我會去釣魚。"]
 QUICK: dict[str, Any] = {"num_beams": 1, "max_new_tokens": 12}

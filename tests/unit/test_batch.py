@@ -34,7 +34,7 @@ from handlers.model.standin_marker import STANDIN_NOTICE
 SOURCES = [block.source for block in read_blocks()]
 
 
-pytestmark = pytest.mark.long(seconds=43)  # seconds: make test starts the longest first
+pytestmark = pytest.mark.long(seconds=15)  # seconds: make test starts the longest first
 
 
 @pytest.fixture(scope="module")
@@ -189,6 +189,7 @@ def test_repeated_lines_decode_once_within_a_job(int8_archive: Path) -> None:
     assert counts.cache_hits == 12 and counts.generated_tokens == 0
 
 
+@pytest.mark.soak  # a fault drill: `make soak` (and CI), not `make test`
 def test_a_job_killed_midway_resumes_complete_in_order_and_not_duplicated(
     int8_archive: Path, tmp_path: Path
 ) -> None:

@@ -19,7 +19,8 @@ from serving.torchserve import TorchServe
 from tests.e2e.stopping_clients import Clients
 from tests.waiting import wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timed]  # wall-clock bounds: run alone
+# A fault drill with wall-clock bounds: `make soak` runs it, one test at a time (not `make test`).
+pytestmark = [pytest.mark.e2e, pytest.mark.soak, pytest.mark.timed]
 
 
 def start_supervised(
