@@ -63,7 +63,16 @@ def assert_batch_ran(results: Path, model_dir: Path) -> None:
     after_load = [run["sentences_per_s_after_load"] for run in result["runs"].values()]
     assert all(rate is None or rate > 0 for rate in after_load)  # a smoke run may be shorter than a load
     assert result["runs"]["local_per_core"]["cpu_busy"] > 0
-    # A smoke run is too short to take a model load off: no steady-state ratio.
-    assert set(result["ratios"]) == {"ray_one_actor_vs_in_process", "ray_per_core_vs_local_per_core"}
+    # The steady-state ratio only where both runs outlasted a model load: a smoke run on a loaded host
+    # may (it did in CI beside make fresh-machine), on an idle one it does not.
+    runs = result["runs"]
+    steady = bool(
+        runs["ray_one_actor"]["sentences_per_s_after_load"]
+        and runs["in_process"]["sentences_per_s_after_load"]
+    )
+    expected = {"ray_one_actor_vs_in_process", "ray_per_core_vs_local_per_core"}
+    assert set(result["ratios"]) == expected | (
+        {"ray_one_actor_vs_in_process_after_load"} if steady else set()
+    )
     command = f"python -m bench.batch_throughput --model {model_dir} --quick --results-dir {results}"
     assert result["signature"]["command"] == command

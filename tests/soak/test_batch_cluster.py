@@ -24,7 +24,8 @@ from tests.netns_cluster import cluster, missing_capability
 
 MISSING = missing_capability()
 pytestmark = [
-    pytest.mark.long(seconds=150),
+    pytest.mark.soak,  # a fault drill: `make soak` (and CI), not `make test`'s 10 minutes
+    pytest.mark.long(seconds=105),  # seconds: the longest start first
     pytest.mark.skipif(
         MISSING is not None, reason=f"no network namespaces for a multi-host Ray cluster: {MISSING}"
     ),
