@@ -13,7 +13,7 @@ import pytest
 
 from bench import batch_throughput, run_all
 
-pytestmark = [pytest.mark.e2e, pytest.mark.bench_check, pytest.mark.long(seconds=175)]  # `make bench-check`
+pytestmark = [pytest.mark.e2e, pytest.mark.bench_check, pytest.mark.long(seconds=145)]  # `make bench-check`
 
 
 def test_quick_mixed_and_batch_steps_write_results_and_report(tiny_model_dir: Path, tmp_path: Path) -> None:

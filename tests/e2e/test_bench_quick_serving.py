@@ -11,7 +11,7 @@ import pytest
 
 from bench import run_all
 
-pytestmark = [pytest.mark.e2e, pytest.mark.bench_check, pytest.mark.long(seconds=150)]  # `make bench-check`
+pytestmark = [pytest.mark.e2e, pytest.mark.bench_check, pytest.mark.long(seconds=80)]  # `make bench-check`
 
 
 def test_quick_load_steps_write_results_report_and_plot(tiny_model_dir: Path, tmp_path: Path) -> None:
