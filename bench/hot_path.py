@@ -1,12 +1,14 @@
 """Our engine against CTranslate2 int8 with its vocabulary map: sentences/s in one process, 1 thread.
 
-    python -m bench.hot_path [--model synthetic] [--sentences 64] [--repeats 3]
+    python -m bench.hot_path [--model synthetic] [--sentences 64] [--repeats 3] [--kernels auto,avx2]
 
 The same Tatoeba sentences (at reference lengths on the stand-in) decoded in batches of 16 and one
 at a time, greedy and beam 4: ours through the loop the server runs (handlers.scheduling.run) with
-this host's kernels as a worker chooses them, and CTranslate2 4.8.5 on the same weights
-(bench.ctranslate2_peer). The two run interleaved `repeats` times after a warm-up each; the
-fastest round of each is kept (CPU time). Writes hot-path.json into the run's folder, prints its table.
+this host's kernels as a worker chooses them (`auto`), or with each kernel path named in --kernels
+(handlers.model.native: a named path runs its own int8 matmul, `auto` may leave them to fbgemm), and
+CTranslate2 4.8.5 on the same weights (bench.ctranslate2_peer). All run interleaved `repeats` times
+after a warm-up each; the fastest round of each is kept (CPU time). Writes hot-path.json into the
+run's folder, prints its table.
 
 Until commit 96674ee it also timed the paths the hot path replaced (torch's operators around
 fbgemm, the mapping around fbgemm's matmul, the output layer on fbgemm); their figures stay in the
@@ -18,7 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -26,7 +28,7 @@ from bench import ctranslate2_peer
 from bench.cli import BenchCli
 from bench.common import Sentence, is_standin, sample_sentences
 from bench.latency import options_for
-from handlers.handler_config import HandlerConfig
+from handlers.handler_config import CpuKernels, HandlerConfig
 from handlers.model import native
 from handlers.model.translator import Translator
 from handlers.scheduling.run import translate_ids
@@ -34,26 +36,42 @@ from handlers.scheduling.run import translate_ids
 BATCH = 16
 
 
-def measure(model_dir: Path, count: int, repeats: int, say: Callable[[str], None]) -> dict[str, Any]:
+def engine_name(choice: str) -> str:
+    return "ours" if choice == "auto" else f"ours:{choice}"
+
+
+def measure(
+    model_dir: Path, count: int, repeats: int, choices: Sequence[str], say: Callable[[str], None]
+) -> dict[str, Any]:
     torch.set_num_threads(1)
     standin = is_standin(model_dir)
-    translator = Translator.load(model_dir, HandlerConfig(variant="int8", threads=1, warmup=False).model)
+    # One model per kernel choice: the int8 layers are made for the kernels current at load.
+    translators, kernels = {}, {}
+    for choice in choices:
+        config = HandlerConfig(variant="int8", threads=1, warmup=False, cpu_kernels=cast(CpuKernels, choice))
+        translators[choice] = Translator.load(model_dir, config.model)
+        kernels[choice] = native.describe(native.current())
     peer = ctranslate2_peer.PeerTranslator(model_dir, ctranslate2_peer.convert(model_dir), use_vmap=True)
-    kernels = native.current()
-    sentences = sample_sentences(translator.tokenizer, count)
+    sentences = sample_sentences(translators[choices[0]].tokenizer, count)
 
-    def ours(groups: Sequence[list[Sentence]], beams: int) -> None:
-        for g in groups:
-            translate_ids(
-                translator, translator.encode([s.source for s in g]), options_for(g, beams, standin, True)
-            )
+    def ours(choice: str) -> Callable[[Sequence[list[Sentence]], int], None]:
+        translator = translators[choice]
+
+        def run(groups: Sequence[list[Sentence]], beams: int) -> None:
+            native.use(choice)  # the top-k and row ops a worker with this choice runs
+            for g in groups:
+                translate_ids(
+                    translator, translator.encode([s.source for s in g]), options_for(g, beams, standin, True)
+                )
+
+        return run
 
     def theirs(groups: Sequence[list[Sentence]], beams: int) -> None:
         for g in groups:
             lengths = ctranslate2_peer.decoding_lengths([s.reference_tokens for s in g], standin)
             peer.translate([s.source for s in g], beams, lengths)
 
-    engines = {"ours": ours, "ct2+map": theirs}
+    engines = {**{engine_name(c): ours(c) for c in choices}, "ct2+map": theirs}
     rows = []
     for shape, groups in (
         (f"batch of {BATCH}", [sentences[i : i + BATCH] for i in range(0, len(sentences), BATCH)]),
@@ -76,22 +94,28 @@ def measure(model_dir: Path, count: int, repeats: int, say: Callable[[str], None
         "model": model_dir.name,
         "standin": standin,
         "repeats": repeats,
-        "kernels": native.describe(kernels),
+        "kernels": kernels[choices[0]],
+        "kernels_by_engine": {engine_name(c): kernels[c] for c in choices},
         "rows": rows,
     }
 
 
 def table(result: dict[str, Any]) -> str:
+    """One row per shape and beam width: each engine's sentences/s, then each of ours over CT2 + map."""
+    ours = [name for name in result["rows"][0]["sentences_per_s"] if name != "ct2+map"]
     lines = [
-        "| shape | beams | ours, sent/s | CT2 + map, sent/s | ours / CT2 + map |",
-        "|---|---|---|---|---|",
+        "| shape | beams | "
+        + " | ".join(f"{name}, sent/s" for name in ours)
+        + " | CT2 + map, sent/s | "
+        + " | ".join(f"{name} / CT2 + map" for name in ours)
+        + " |",
+        "|---|---|" + "---|" * (2 * len(ours) + 1),
     ]
     for row in result["rows"]:
         rate = row["sentences_per_s"]
-        lines.append(
-            f"| {row['shape']} | {row['beams']} | {rate['ours']:.1f} | {rate['ct2+map']:.1f} | "
-            f"{rate['ours'] / rate['ct2+map']:.2f}x |"
-        )
+        cells = [f"{rate[name]:.1f}" for name in ours] + [f"{rate['ct2+map']:.1f}"]
+        cells += [f"{rate[name] / rate['ct2+map']:.2f}x" for name in ours]
+        lines.append(f"| {row['shape']} | {row['beams']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -99,8 +123,17 @@ def main(argv: list[str] | None = None) -> int:
     cli = BenchCli("hot_path", __doc__, model="synthetic", results_dir=True)
     cli.parser.add_argument("--sentences", type=int, default=64)
     cli.parser.add_argument("--repeats", type=int, default=3)
+    cli.parser.add_argument(
+        "--kernels",
+        default="auto",
+        help=f"comma-separated kernel choices to set beside each other, from {', '.join(native.CHOICES)}",
+    )
     args = cli.parse(argv)
-    result = measure(cli.model_dir(), args.sentences, args.repeats, cli.say)
+    choices = list(dict.fromkeys(args.kernels.split(",")))
+    unknown = [c for c in choices if c not in native.CHOICES]
+    if unknown:
+        cli.parser.error(f"--kernels: unknown {', '.join(unknown)} (one of {', '.join(native.CHOICES)})")
+    result = measure(cli.model_dir(), args.sentences, args.repeats, choices, cli.say)
     path = cli.write("hot-path", result)
     print(table(result))
     cli.say(f"wrote {path}")

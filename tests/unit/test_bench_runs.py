@@ -67,14 +67,15 @@ def test_bleu_through_the_batch_job_scores_what_the_archive_translates(
 def test_hot_path_sets_ours_beside_ctranslate2(tiny_model_dir: Path, tmp_path: Path) -> None:
     from bench import hot_path
 
-    args = ["--model", str(tiny_model_dir), "--sentences", "2", "--repeats", "1"]
+    args = ["--model", str(tiny_model_dir), "--sentences", "2", "--repeats", "1", "--kernels", "auto,generic"]
     assert hot_path.main([*args, "--results-dir", str(tmp_path)]) == 0
     result = json.loads((tmp_path / "hot-path.json").read_text())
     shapes = [(row["shape"], row["beams"]) for row in result["rows"]]
     assert shapes == [("batch of 16", 1), ("batch of 16", 4), ("one sentence", 1), ("one sentence", 4)]
-    assert all(set(row["sentences_per_s"]) == {"ours", "ct2+map"} for row in result["rows"])
+    assert all(set(row["sentences_per_s"]) == {"ours", "ours:generic", "ct2+map"} for row in result["rows"])
+    assert result["kernels_by_engine"]["ours:generic"].startswith("generic (int8 matmuls: fbgemm")
     assert result["signature"]["command"].startswith("python -m bench.hot_path --model")
-    assert "ours / CT2 + map" in hot_path.table(result)
+    assert "| ours / CT2 + map | ours:generic / CT2 + map |" in hot_path.table(result)
 
 
 def _int8_linear_holds_the_matmuls() -> bool:
