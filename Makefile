@@ -155,18 +155,22 @@ lint: $(DEV)
 	$(LINT_STEPS)
 
 # Two processes (pytest-xdist; tests/conftest.py keeps each module in one), then the tests that assert
-# wall-clock bounds (marked `timed`) alone, so the other process cannot slow them.
+# wall-clock bounds (marked `timed`) alone, so the other process cannot slow them. make test, make soak
+# and make bench-check run their marks this way: $(call two_at_a_time,<marks>,<slowest shown>) and
+# $(call timed_alone,<marks>).
 TEST_PROCESSES ?= 2
+two_at_a_time = $(BIN)/python -m pytest -q -n $(TEST_PROCESSES) --dist loadgroup --no-loadscope-reorder -m '$(1)' --durations=$(2)
+timed_alone = $(BIN)/python -m pytest -q --timed-modules -m '$(1) and timed' --durations=5
 QUICK_LOOP := not soak and not bench_check and not image
 # make lint's steps run beside the first step (mypy alone took 38 s of a cold start) and end before the
 # second; their output follows the first step's, and either failing fails make test. (Not $(MAKE) lint:
 # make -n runs a line that names $(MAKE), and tests/unit/test_install.py reads make -n test.)
 test: java nginx chromium cc kernels $(DEV)
 	mkdir -p build; { $(LINT_STEPS); } > build/lint.log 2>&1 & lint=$$!; \
-	  $(BIN)/python -m pytest -q -n $(TEST_PROCESSES) --dist loadgroup --no-loadscope-reorder -m '$(QUICK_LOOP) and not timed' --durations=15; \
+	  $(call two_at_a_time,$(QUICK_LOOP) and not timed,15); \
 	  tests=$$?; wait $$lint; linted=$$?; cat build/lint.log; \
 	  test $$linted -eq 0 || echo "make test: make lint failed (above)"; test $$tests -eq 0 -a $$linted -eq 0
-	$(BIN)/python -m pytest -q --timed-modules -m '$(QUICK_LOOP) and timed' --durations=5
+	$(call timed_alone,$(QUICK_LOOP))
 
 bench: archives java $(DEV)
 	$(BIN)/python -m bench.run_all
@@ -195,8 +199,8 @@ fuzz: $(DEV)
 # drill has a neighbour's load beside it (a killed worker's test took 25 s alone, 65 s beside
 # another): slower, and still no request lost, which is what they assert (docs/TESTING.md).
 soak: $(DEV) java nginx
-	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES) --dist loadgroup --no-loadscope-reorder -m 'soak and not timed' --durations=10
-	$(BIN)/python -m pytest -q --timed-modules -m 'soak and timed' --durations=5
+	$(call two_at_a_time,soak and not timed,10)
+	$(call timed_alone,soak)
 
 # The README's first command in a bare Debian 12 root (debootstrap), as root and as a second user, one
 # translation each (tests/fresh_machine/run.sh; as root, about 5 minutes). FRESH_ARGS=--make-test adds
@@ -207,7 +211,7 @@ fresh-machine:
 	timeout --kill-after=120 2400 bash tests/fresh_machine/run.sh $(FRESH_ARGS)
 
 bench-check: $(DEV) java
-	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES) --dist loadgroup --no-loadscope-reorder -m bench_check --durations=10
+	$(call two_at_a_time,bench_check,10)
 
 swap: $(RUNTIME)
 	@test -n "$(TO)" || { echo "usage: make swap TO=1.0-fp32 (a version) or TO=zh_en_fp32.mar (an archive)"; exit 2; }

@@ -67,6 +67,7 @@ class KernelPath:
 
 
 ZEN3 = "AMD EPYC Zen 3 (AVX2, no AVX-512), 2 vCPUs, 2026-11-28"
+ZEN4 = "AMD EPYC Zen 4 (AVX-512 VNNI, no AMX), 2 vCPUs, 2026-11-29"
 AVX2 = ("-mavx2", "-mfma")
 AVX512_VNNI_NEEDS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512vnni")
 AVX512_VNNI = (*AVX2, "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni")
@@ -74,7 +75,7 @@ PATHS: tuple[KernelPath, ...] = (
     KernelPath("generic", (), (), proven=ZEN3, x86_only=False),
     KernelPath("avx2", ("avx2", "fma"), AVX2, proven=ZEN3),
     KernelPath("avx_vnni", ("avx2", "fma", "avxvnni"), (*AVX2, "-mavxvnni"), proven=""),
-    KernelPath("avx512_vnni", AVX512_VNNI_NEEDS, AVX512_VNNI, proven=""),
+    KernelPath("avx512_vnni", AVX512_VNNI_NEEDS, AVX512_VNNI, proven=ZEN4),
     KernelPath(
         "amx",
         (*AVX512_VNNI_NEEDS, "amx-tile", "amx-int8"),
@@ -195,12 +196,13 @@ def supported(library: ctypes.CDLL) -> list[KernelPath]:
 def matmuls_are_ours(path: KernelPath, features: frozenset[str], named: bool) -> bool:
     """Whether int8_linear or fbgemm's matmul runs the int8 layers (the same bits either way).
 
-    Decided by measurement, one row per case: on AMD EPYC Zen 3 (AVX2, 2026-11-27) int8_linear beat
-    fbgemm at every decoder layer (handlers.model.int8_linear); on AMD EPYC Zen 4, whose fbgemm runs
-    AVX-512 VNNI, our AVX2 path decoded batches of 16 at 0.84x (greedy) and 0.83x (beam 4) of
-    fbgemm's (bench.hot_path, 2026-11-28, docs/INT8.md). So ours runs only where its path is at
-    least what fbgemm uses: no AVX-512 VNNI on the CPU, or our AVX-512 VNNI path. A named path
-    always runs its own, so that tests and benchmarks can compare any two.
+    Decided by measurement, one row per case (docs/INT8.md): on AMD EPYC Zen 3 (AVX2, 2026-11-27)
+    int8_linear beat fbgemm at every decoder layer (handlers.model.int8_linear); on AMD EPYC Zen 4,
+    whose fbgemm runs AVX-512 VNNI, our AVX2 path decoded batches of 16 at 0.84x (greedy) and 0.83x
+    (beam 4) of fbgemm's (bench.hot_path, 2026-11-28), and our AVX-512 VNNI path at 1.01x and 0.99x,
+    one sentence at 1.43x and 1.25x (bench.hot_path --kernels, 2026-11-29). So ours runs only where
+    its path is at least what fbgemm uses: no AVX-512 VNNI on the CPU, or our AVX-512 VNNI path (AMX:
+    fbgemm has none). A named path always runs its own, so that tests and benchmarks can compare any two.
     """
     if named:
         return True
