@@ -111,7 +111,7 @@ def test_a_chaos_soak_loses_no_request(fleet: Fleet, key_file: Path, tmp_path: P
     assert result["spot_checked"] > 0 and not result["spot_check_mismatches"], result["spot_check_mismatches"]
     # An explicit error only where a stream was cut: a non-streamed answer is read whole and retried.
     errors = [s for s in result["not_answered"] if s["outcome"] == "error" and s["kind"] != "streamed"]
-    assert not errors, errors
+    assert not errors, str(errors)  # str: pytest cuts a list's repr short
     # A reset (no error line can be written: the process with the client's socket died) only when
     # nginx's own workers were killed.
     assert result["by_event"]["nginx"]["reset"] == result["totals"]["reset"], result["by_event"]
