@@ -26,7 +26,7 @@ import torch
 
 from bench import ctranslate2_peer
 from bench.cli import BenchCli
-from bench.common import Sentence, is_standin, sample_sentences
+from bench.common import Sentence, is_standin, sample_sentences, writable
 from bench.latency import options_for
 from handlers.handler_config import CpuKernels, HandlerConfig
 from handlers.model import native
@@ -135,8 +135,10 @@ def main(argv: list[str] | None = None) -> int:
         cli.parser.error(f"--kernels: unknown {', '.join(unknown)} (one of {', '.join(native.CHOICES)})")
     result = measure(cli.model_dir(), args.sentences, args.repeats, choices, cli.say)
     path = cli.write("hot-path", result)
+    # The table beside its json, as printed: the ratios docs quote (the json holds the rates).
+    writable(path.with_suffix(".md")).write_text(table(result) + "\n")
     print(table(result))
-    cli.say(f"wrote {path}")
+    cli.say(f"wrote {path} and its table")
     return 0
 
 

@@ -1,9 +1,11 @@
 """Keep a started fleet running in the foreground; stop it gracefully on SIGTERM (`serving.fleet run`).
 
 This is what a service manager runs (deploy/zh-en-fleet.service): it starts nothing itself, it
-restarts a replica whose TorchServe died and a front door whose nginx died, and on SIGTERM or SIGINT
-it stops the front door with nginx's graceful quit (no new connections; requests in flight finish,
-at most `drain_seconds`) and then the replicas.
+restarts a replica whose TorchServe died and a front door whose nginx died, reloads nginx with an
+empty per-address connection zone after any of its workers was killed (a killed worker never gives
+its connections' slots back), and on SIGTERM or SIGINT it stops the front door with nginx's
+graceful quit (no new connections; requests in flight finish, at most `drain_seconds`) and then the
+replicas.
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ def stop_on_signals() -> threading.Event:
 
 
 def supervise(fleet: Fleet, drain_seconds: float, stop: threading.Event, poll: float = 2.0) -> int:
+    _, seen = fleet.door.killed_workers()  # kills before this process started are not its to mend
     while not stop.wait(poll):
         _revive(fleet)
+        seen = renew_slots_after_kills(fleet, seen)
     say(f"stop requested: front door quits gracefully (at most {drain_seconds:g} s), then the replicas")
     began = time.monotonic()
     fleet.stop(drain_seconds)
@@ -48,6 +52,18 @@ def _revive(fleet: Fleet) -> None:
             say(f"replica {name} is down: restarting it")
             fleet.restart_replica(name)
             say(f"replica {name} is back")
+
+
+def renew_slots_after_kills(fleet: Fleet, seen: int) -> int:
+    """After nginx workers died of a signal, an empty per-address connection zone (FrontDoor.renew_
+    connection_slots): their connections' slots are otherwise never given back. Returns the log offset."""
+    if fleet.door.master_pid() is None:
+        return seen
+    killed, seen = fleet.door.killed_workers(seen)
+    if killed:
+        say(f"{killed} nginx worker(s) killed: reloading with an empty per-address connection zone")
+        fleet.door.renew_connection_slots()
+    return seen
 
 
 def say(message: str) -> None:

@@ -11,6 +11,7 @@ would otherwise be refused silently while the old one keeps serving.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -23,6 +24,9 @@ import requests
 from serving.fleet_keys import KeyStore
 from serving.nginx_conf import FrontDoorConfig, FrontDoorPaths, render, write_status_targets, write_upstreams
 from serving.processes import command_line, process_alive, wait_gone
+
+# The master's line for a worker that died of a signal: "worker process 4711 exited on signal 9".
+KILLED_WORKER = re.compile(rb"worker process \d+ exited on signal \d+")
 
 
 class NginxError(RuntimeError):
@@ -111,6 +115,30 @@ class FrontDoor:
                     f"nginx did not switch to new workers in {timeout:.0f}s; see {self.paths.logs}"
                 )
             time.sleep(0.05)
+
+    def killed_workers(self, offset: int = 0) -> tuple[int, int]:
+        """Workers killed by a signal (SIGKILL, a crash) that the master logged after byte `offset` of its
+        error log, and the log's new end: (count, offset). A worker that exits after a reload or a
+        quit exits normally and is not counted."""
+        log = self.paths.logs / "error.log"
+        try:
+            with log.open("rb") as handle:
+                handle.seek(offset if offset <= log.stat().st_size else 0)  # rotated: from the start
+                text = handle.read()
+                end = handle.tell()
+        except OSError:
+            return 0, 0
+        return len(KILLED_WORKER.findall(text)), end
+
+    def renew_connection_slots(self) -> None:
+        """Reload with an empty per-address connection zone under a new name (nginx.conf). A killed
+        worker never gives back the slots of the connections it held, so after enough kills an address
+        is refused for good (429) though it has nothing open. The old zone goes with the old workers."""
+        generation = self.paths.connection_zone_generation
+        current = int(self.paths.connection_zone().rsplit("_", 1)[1])
+        generation.write_text(f"{current + 1}\n")
+        render(self.config, self.paths)
+        self.reload()
 
     def stop(self, timeout: float = 30.0) -> None:
         """Graceful quit (requests in flight finish), then SIGKILL whatever is left after `timeout`."""

@@ -146,6 +146,18 @@ class FrontDoorPaths:
     def status_targets(self) -> Path:
         return self.conf_dir / "status_targets.conf"
 
+    @property
+    def connection_zone_generation(self) -> Path:
+        """The per-address connection zone's generation (nginx.conf; FrontDoor.renew_connection_slots)."""
+        return self.run_dir / "connection_zone_generation"
+
+    def connection_zone(self) -> str:
+        try:
+            generation = int(self.connection_zone_generation.read_text())
+        except (OSError, ValueError):
+            generation = 0
+        return f"per_address_conn_{generation}"
+
 
 def render(config: FrontDoorConfig, paths: FrontDoorPaths, template_dir: Path = TEMPLATE_DIR) -> None:
     """Write every template into `paths.conf_dir` with its placeholders filled."""
@@ -170,6 +182,7 @@ def render(config: FrontDoorConfig, paths: FrontDoorPaths, template_dir: Path = 
         "PROBE_LOCK_S": str(config.probe_window_s + 1),
         "HEALTH_CACHE_S": str(config.health_cache_s),
         "CONNECTIONS_PER_ADDRESS": str(config.connections_per_address),
+        "CONNECTION_ZONE": paths.connection_zone(),
         "ADDRESS_RATE": str(config.address_rate_per_second),
         "ADDRESS_BURST": str(config.address_burst),
         "HEADER_TIMEOUT_S": str(config.header_timeout_s),

@@ -76,6 +76,7 @@ def test_hot_path_sets_ours_beside_ctranslate2(tiny_model_dir: Path, tmp_path: P
     assert result["kernels_by_engine"]["ours:generic"].startswith("generic (int8 matmuls: fbgemm")
     assert result["signature"]["command"].startswith("python -m bench.hot_path --model")
     assert "| ours / CT2 + map | ours:generic / CT2 + map |" in hot_path.table(result)
+    assert (tmp_path / "hot-path.md").read_text() == hot_path.table(result) + "\n"
 
 
 def _int8_linear_holds_the_matmuls() -> bool:

@@ -57,14 +57,14 @@ def test_every_placeholder_is_filled_and_nginx_accepts_the_config(reachable_dir:
         "send_timeout 9s;",
         "keepalive_timeout 31s;",
         "large_client_header_buffers 2 48k;",
-        "limit_conn per_address_conn 33;",
+        "limit_conn per_address_conn_0 33;",
         "zone=per_address:10m rate=43r/s;",
         "limit_req zone=per_address burst=87 nodelay;",
         "zone=per_client:1m rate=21r/s;",
         "limit_req zone=per_client burst=41 nodelay;",
         "proxy_cache_valid 200 2s;",
         "worker_processes auto;",
-        f"server unix:{door.paths.stage_socket};",
+        f"server unix:{door.paths.stage_socket} max_fails=0;",
     ):
         assert line in text, line
     assert (
@@ -133,3 +133,30 @@ def test_the_workers_directory_is_where_they_can_reach_it(reachable_dir: Path, t
 def test_a_config_without_a_sensible_number_is_refused(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError, match=next(iter(bad))):
         FrontDoorConfig(**bad)  # type: ignore[arg-type]
+
+
+def test_killed_workers_are_counted_from_the_log_and_a_renewed_zone_is_new(reachable_dir: Path) -> None:
+    """FrontDoor.renew_connection_slots' two halves without a running nginx: the master's alert lines for
+    killed workers, counted once each from an offset, and the zone's name from its generation."""
+    door = FrontDoor(FrontDoorPaths(reachable_dir), CONFIG)
+    door.configure([18091])
+    assert door.killed_workers() == (0, 0)  # no log yet
+    log = door.paths.logs / "error.log"
+    log.write_text(
+        "2026/11/29 07:20:44 [alert] 3612#3612: worker process 3626 exited on signal 9\n"
+        "2026/11/29 07:20:44 [notice] 3612#3612: worker process 3627 exited with code 0\n"
+        "2026/11/29 07:20:45 [alert] 3612#3612: worker process 3737 exited on signal 11\n"
+    )
+    count, seen = door.killed_workers()
+    assert (count, seen) == (2, log.stat().st_size)
+    assert door.killed_workers(seen) == (0, seen)
+    with log.open("a") as handle:
+        handle.write("2026/11/29 07:20:46 [alert] 3612#3612: worker process 3801 exited on signal 9\n")
+    assert door.killed_workers(seen)[0] == 1
+    log.write_text("")  # rotated: counted from its start again
+    assert door.killed_workers(seen) == (0, 0)
+    assert "limit_conn per_address_conn_0 33;" in rendered(door.paths)
+    door.paths.connection_zone_generation.write_text("1\n")
+    door.configure([18091])  # as renew_connection_slots renders, and nginx -t accepts it
+    assert "limit_conn per_address_conn_1 33;" in rendered(door.paths)
+    assert "zone=per_address_conn_1:10m" in rendered(door.paths)
