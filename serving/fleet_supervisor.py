@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 
+from serving.front_door import NginxError
 from serving.processes import process_alive
 from serving.replica_set import Fleet
 
@@ -62,7 +63,10 @@ def renew_slots_after_kills(fleet: Fleet, seen: int) -> int:
     killed, seen = fleet.door.killed_workers(seen)
     if killed:
         say(f"{killed} nginx worker(s) killed: reloading with an empty per-address connection zone")
-        fleet.door.renew_connection_slots()
+        try:
+            fleet.door.renew_connection_slots()
+        except NginxError as error:  # the old zone keeps serving; the next kill tries again
+            say(f"the reload failed: {error}")
     return seen
 
 
