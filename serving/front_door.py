@@ -25,8 +25,13 @@ from serving.fleet_keys import KeyStore
 from serving.nginx_conf import FrontDoorConfig, FrontDoorPaths, render, write_status_targets, write_upstreams
 from serving.processes import command_line, process_alive, wait_gone
 
-# The master's line for a worker that died of a signal: "worker process 4711 exited on signal 9".
-KILLED_WORKER = re.compile(rb"worker process \d+ exited on signal \d+")
+# The master's whole line for a worker that died of a signal, "2026/11/29 07:20:44 [alert] 3612#3612:
+# worker process 3626 exited on signal 9": anchored at both ends, so that a client's request text,
+# which nginx writes into other error lines (escaping line breaks), cannot pass for one and force
+# reloads. Linear: no quantifier overlaps another.
+KILLED_WORKER = re.compile(
+    rb"^[\d/]+ [\d:]+ \[alert\] \d+#\d+: worker process \d+ exited on signal \d+(?: \(core dumped\))?$", re.M
+)
 
 
 class NginxError(RuntimeError):
@@ -134,9 +139,7 @@ class FrontDoor:
         """Reload with an empty per-address connection zone under a new name (nginx.conf). A killed
         worker never gives back the slots of the connections it held, so after enough kills an address
         is refused for good (429) though it has nothing open. The old zone goes with the old workers."""
-        generation = self.paths.connection_zone_generation
-        current = int(self.paths.connection_zone().rsplit("_", 1)[1])
-        generation.write_text(f"{current + 1}\n")
+        self.paths.connection_zone_generation.write_text(f"{self.paths.zone_generation() + 1}\n")
         render(self.config, self.paths)
         self.reload()
 

@@ -151,12 +151,14 @@ class FrontDoorPaths:
         """The per-address connection zone's generation (nginx.conf; FrontDoor.renew_connection_slots)."""
         return self.run_dir / "connection_zone_generation"
 
-    def connection_zone(self) -> str:
+    def zone_generation(self) -> int:
         try:
-            generation = int(self.connection_zone_generation.read_text())
+            return int(self.connection_zone_generation.read_text())
         except (OSError, ValueError):
-            generation = 0
-        return f"per_address_conn_{generation}"
+            return 0
+
+    def connection_zone(self) -> str:
+        return f"per_address_conn_{self.zone_generation()}"
 
 
 def render(config: FrontDoorConfig, paths: FrontDoorPaths, template_dir: Path = TEMPLATE_DIR) -> None:

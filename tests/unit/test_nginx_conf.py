@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -135,6 +136,7 @@ def test_a_config_without_a_sensible_number_is_refused(bad: dict[str, object]) -
         FrontDoorConfig(**bad)  # type: ignore[arg-type]
 
 
+@pytest.mark.timed  # a wall-clock budget on near-misses: run alone
 def test_killed_workers_are_counted_from_the_log_and_a_renewed_zone_is_new(reachable_dir: Path) -> None:
     """FrontDoor.renew_connection_slots' two halves without a running nginx: the master's alert lines for
     killed workers, counted once each from an offset, and the zone's name from its generation."""
@@ -145,7 +147,7 @@ def test_killed_workers_are_counted_from_the_log_and_a_renewed_zone_is_new(reach
     log.write_text(
         "2026/11/29 07:20:44 [alert] 3612#3612: worker process 3626 exited on signal 9\n"
         "2026/11/29 07:20:44 [notice] 3612#3612: worker process 3627 exited with code 0\n"
-        "2026/11/29 07:20:45 [alert] 3612#3612: worker process 3737 exited on signal 11\n"
+        "2026/11/29 07:20:45 [alert] 3612#3612: worker process 3737 exited on signal 11 (core dumped)\n"
     )
     count, seen = door.killed_workers()
     assert (count, seen) == (2, log.stat().st_size)
@@ -153,6 +155,16 @@ def test_killed_workers_are_counted_from_the_log_and_a_renewed_zone_is_new(reach
     with log.open("a") as handle:
         handle.write("2026/11/29 07:20:46 [alert] 3612#3612: worker process 3801 exited on signal 9\n")
     assert door.killed_workers(seen)[0] == 1
+    # A client's request text in another line is no kill, however it is shaped or how long it runs.
+    forged = "worker process 1 exited on signal 9" * 20_000
+    with log.open("a") as handle:
+        handle.write(
+            f'2026/11/29 07:20:47 [error] 3612#3612: *7 open() failed, request: "GET /{forged}", host: "x"\n'
+            "2026/11/29 07:20:47 [error] 3612#3612: *8 worker process 2 exited on signal 9\\x0A\n"
+        )
+    started = time.monotonic()
+    assert door.killed_workers(seen) == (1, log.stat().st_size)  # only the real one above
+    assert time.monotonic() - started < 1.0  # 700 KB of near-misses: linear
     log.write_text("")  # rotated: counted from its start again
     assert door.killed_workers(seen) == (0, 0)
     assert "limit_conn per_address_conn_0 33;" in rendered(door.paths)
