@@ -34,7 +34,7 @@ from batch.engines import Engine, LocalEngine, RayEngine, host_cpus, ray_session
 from batch.shards import Shard, ShardBudget, cut_shards
 from batch.units import JobOptions, Unit
 from bench.cli import BenchCli
-from bench.common import Sentence, archive_with, is_standin, sample_sentences
+from bench.common import archive_with, is_standin, sample_sentences, unique_sentences
 
 DEFAULT_SENTENCES = 20_000
 OVERHEAD_SENTENCES = 2_000
@@ -53,21 +53,6 @@ def command() -> BenchCli:
     cli.parser.add_argument("--quick", action="store_true", help=f"{QUICK_SENTENCES} sentences (smoke run)")
     cli.parser.add_argument("--beams", type=int, default=4, help="num_beams (bench.load's served rung: 4)")
     return cli
-
-
-def unique_sentences(sentences: list[Sentence], count: int) -> list[Sentence]:
-    """`count` distinct sources: the sentences once, then passes prefixed "2. ", "3. ", ..."""
-    seen: set[str] = set()
-    corpus: list[Sentence] = []
-    passes = 0
-    while len(corpus) < count:
-        passes += 1
-        for sentence in sentences:
-            source = sentence.source if passes == 1 else f"{passes}. {sentence.source}"
-            if source not in seen and len(corpus) < count:
-                seen.add(source)
-                corpus.append(Sentence(source, sentence.reference, sentence.reference_tokens))
-    return corpus
 
 
 def timed(engine: Engine, shards: list[Shard], load_seconds: float, say: Any) -> dict[str, Any]:

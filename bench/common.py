@@ -87,6 +87,29 @@ def sample_sentences(tokenizer: Any, count: int | None = None, seed: int = 0) ->
     return [Sentence(b.source, b.reference, n) for b, n in zip(blocks, lengths, strict=True)]
 
 
+def unique_sentences(sentences: list[Sentence], count: int) -> list[Sentence]:
+    """`count` distinct sources: the sentences once, then passes prefixed "2. ", "3. ", ..."""
+    seen: set[str] = set()
+    corpus: list[Sentence] = []
+    passes = 0
+    while len(corpus) < count:
+        passes += 1
+        for sentence in sentences:
+            source = sentence.source if passes == 1 else f"{passes}. {sentence.source}"
+            if source not in seen and len(corpus) < count:
+                seen.add(source)
+                corpus.append(Sentence(source, sentence.reference, sentence.reference_tokens))
+    return corpus
+
+
+def distinct_sentences(tokenizer: Any, count: int, seed: int = 0) -> list[Sentence]:
+    """`count` distinct sources in a seeded random order, made unique past the test set's own
+    (unique_sentences): a load draws each once, so no server's sentence cache answers a repeat."""
+    tatoeba = sample_sentences(tokenizer)
+    random.Random(seed).shuffle(tatoeba)
+    return unique_sentences(tatoeba, count)
+
+
 def archive_with(
     variant: str,
     model_dir: Path,

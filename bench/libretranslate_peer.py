@@ -278,7 +278,7 @@ def run_peer_load(
     model_dir: Path,
     results: Path,
     command: str,
-    sentences: int = 2000,
+    sentences: int = LoadSpec.sentences,
 ) -> dict[str, Any]:
     """One Locust run against LibreTranslate in `setting`, written like ours (bench.load)."""
     python = install()

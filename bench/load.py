@@ -9,8 +9,10 @@ the server runs the stand-in: then every request carries its sentence's referenc
 min/max_new_tokens, so the decode work matches the real model's. Bounded by --duration (and
 --max-requests); refuses any host but this machine.
 
-Sentences are drawn with replacement, so a server with its sentence cache on answers the repeats
-without the model: bench.run_all and bench.studies.layout serve archives packed with it off
+Each request carries a source no earlier request did (bench.common.distinct_sentences, drawn in
+order), so a server with its sentence cache on (the image as shipped) answers none from it while a
+run stays within `sentences`; past that the draw starts over and the result counts the repeats.
+bench.run_all and bench.studies.layout serve archives packed with the cache off all the same
 (bench.common.archive_with).
 """
 
@@ -32,7 +34,7 @@ from urllib.parse import urlparse
 import requests
 
 from bench.cli import BenchCli, Progress
-from bench.common import load_model_dir, run_folder, sample_sentences, writable, write_result
+from bench.common import distinct_sentences, load_model_dir, run_folder, writable, write_result
 from bench.process_memory import host_memory_mb
 from handlers.model.heap_trim import IDLE_TRIM_SECONDS
 from serving.client import read_key
@@ -52,7 +54,8 @@ class LoadSpec:
     version: str | None = None
     key_file: Path = Path("key_file.json")
     max_requests: int = 0
-    sentences: int = 2000
+    # Distinct sources to draw from, each once: more than any run here sends.
+    sentences: int = 20_000
     label: str = "load"
     # bench.mixed: this many of `users` send paragraphs of document_sentences sentences instead.
     document_users: int = 0
@@ -119,8 +122,12 @@ def run_load(
         # (handlers.model.heap_trim): what it holds between bursts, not while it works.
         time.sleep(IDLE_TRIM_SECONDS + 2)
         memory["host_memory_idle"] = host_memory_mb(serving_pids())
+    aggregated = _aggregated(Path(f"{prefix}_stats.csv"))
     summary = {
-        **_aggregated(Path(f"{prefix}_stats.csv")),
+        **aggregated,
+        "distinct_sentences": spec.sentences,
+        # Requests past the pool resend a source, which a sentence cache may answer.
+        "repeated_requests": max(0, aggregated["requests"] - spec.sentences),
         **({"by_name": _by_name(Path(f"{prefix}_stats.csv"))} if spec.document_users else {}),
         "users": spec.users,
         "spawn_rate": spec.spawn_rate,
@@ -205,7 +212,7 @@ def reference_lengths(count: int, model_dir: Path | None) -> dict[str, int]:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir or load_model_dir("synthetic"))
-    return {s.source: s.reference_tokens for s in sample_sentences(tokenizer, count)}
+    return {s.source: s.reference_tokens for s in distinct_sentences(tokenizer, count)}
 
 
 def _write_sentences(path: Path, count: int, model_dir: Path | None) -> None:
@@ -213,7 +220,7 @@ def _write_sentences(path: Path, count: int, model_dir: Path | None) -> None:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir or load_model_dir("synthetic"))
-    sentences = sample_sentences(tokenizer, count)
+    sentences = distinct_sentences(tokenizer, count)
     path.write_text(json.dumps([{"source": s.source, "tokens": s.reference_tokens} for s in sentences]))
 
 

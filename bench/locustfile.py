@@ -1,4 +1,4 @@
-"""Locust user for zh_en: random Tatoeba sentences, every response body checked.
+"""Locust user for zh_en: each request a Tatoeba sentence no earlier one sent, every response body checked.
 
 Started by `python -m bench.load`, which writes the sentences (with their reference lengths) to a
 JSON file and passes settings through ZH_EN_* environment variables.
@@ -74,7 +74,8 @@ class Translator(FastHttpUser):  # type: ignore[misc]
         if MAX_REQUESTS and sent > MAX_REQUESTS:
             self.environment.runner.quit()
             return
-        sentence = random.choice(SENTENCES)
+        # In the file's (seeded, shuffled) order, so no cache answers a repeat (bench.load).
+        sentence = SENTENCES[(sent - 1) % len(SENTENCES)]
         if LIBRETRANSLATE:
             _post(
                 self,
