@@ -56,10 +56,12 @@ def command() -> BenchCli:
 
 
 def timed(engine: Engine, shards: list[Shard], load_seconds: float, say: Any) -> dict[str, Any]:
-    """The run's whole time and rate, its rate once a model load is taken off, and (local engines)
-    how busy its cores were: CPU time of this process and its workers over wall time x workers."""
+    """The run's whole time and rate, its rate once a model load is taken off, its rate after the
+    first shard came back (steady state: no start-up of any kind inside), and (local engines) how busy
+    its cores were: CPU time of this process and its workers over wall time x workers."""
     total = sum(len(shard.units) for shard in shards)
     counts = {"units": 0, "sentences": 0}
+    first: dict[str, float] = {}  # when the first shard came back, and the sentences in it
     started, cpu_before = time.perf_counter(), _cpu_seconds()
 
     def done(_: Shard, results: list[Any]) -> None:
@@ -68,12 +70,16 @@ def timed(engine: Engine, shards: list[Shard], load_seconds: float, say: Any) ->
             raise RuntimeError(f"{len(failed)} sentences failed, e.g. {failed[0]}")
         counts["units"] += len(results)
         counts["sentences"] += sum(result.sentences for result in results)
+        first.setdefault("at", time.perf_counter())
+        first.setdefault("sentences", counts["sentences"])
         rate = counts["sentences"] / (time.perf_counter() - started)
         say(f"  {counts['units']}/{total} units, {rate:.1f} sentences/s since the start")
 
     engine.run(shards, done)
-    seconds = time.perf_counter() - started
+    ended = time.perf_counter()
+    seconds = ended - started
     sentences = counts["sentences"]
+    after_first = sentences - first.get("sentences", sentences)
     return {
         "seconds": round(seconds, 2),
         "units": counts["units"],
@@ -82,6 +88,11 @@ def timed(engine: Engine, shards: list[Shard], load_seconds: float, say: Any) ->
         # Workers load at once, each on its own core: one load's time comes off the run.
         "sentences_per_s_after_load": round(sentences / (seconds - load_seconds), 2)
         if seconds > 2 * load_seconds
+        else None,
+        # The imports, loads and Ray's scheduling a worker pays before its first result are outside:
+        # a worker started fresh (a Ray actor) imports torch, which this process had done before.
+        "sentences_per_s_after_first_shard": round(after_first / (ended - first["at"]), 2)
+        if after_first
         else None,
         "cpu_seconds_here_and_children": round(_cpu_seconds() - cpu_before, 2),
     }
@@ -121,6 +132,11 @@ def ratios_of(runs: dict[str, Any]) -> dict[str, float]:
     if steady["ray_one_actor"] and steady["in_process"]:
         ratios["ray_one_actor_vs_in_process_after_load"] = round(
             steady["ray_one_actor"] / steady["in_process"], 3
+        )
+    after_first = {name: figures.get("sentences_per_s_after_first_shard") for name, figures in runs.items()}
+    if after_first["ray_one_actor"] and after_first["in_process"]:
+        ratios["ray_one_actor_vs_in_process_after_first_shard"] = round(
+            after_first["ray_one_actor"] / after_first["in_process"], 3
         )
     return ratios
 
@@ -184,7 +200,8 @@ def run(model_dir: Path, count: int, overhead_count: int, say: Any, beams: int =
 def markdown(result: dict[str, Any]) -> str:
     rows = [
         f"| {name} | {figures['sentences']} | {figures['seconds']} | {figures['sentences_per_s']} "
-        f"| {figures['sentences_per_s_after_load'] or '-'} |"
+        f"| {figures['sentences_per_s_after_load'] or '-'} "
+        f"| {figures.get('sentences_per_s_after_first_shard') or '-'} |"
         for name, figures in result["runs"].items()
     ]
     ratios = ", ".join(f"{name} {value}" for name, value in result["ratios"].items())
@@ -192,8 +209,9 @@ def markdown(result: dict[str, Any]) -> str:
         [
             f"Batch throughput, {result['n']} sentences, output lengths: {result['output_lengths']}",
             "",
-            "| run | sentences | seconds | sentences/s, whole run | sentences/s, after one model load |",
-            "|---|---:|---:|---:|---:|",
+            "| run | sentences | seconds | sentences/s, whole run | after one model load "
+            "| after the first shard |",
+            "|---|---:|---:|---:|---:|---:|",
             *rows,
             "",
             f"ratios: {ratios}; one model load {result['model_load_seconds']} s (in the runs); "
