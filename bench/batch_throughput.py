@@ -55,13 +55,14 @@ def command() -> BenchCli:
     return cli
 
 
-def timed(engine: Engine, shards: list[Shard], load_seconds: float, say: Any) -> dict[str, Any]:
-    """The run's whole time and rate, its rate once a model load is taken off, its rate after the
-    first shard came back (steady state: no start-up of any kind inside), and (local engines) how busy
-    its cores were: CPU time of this process and its workers over wall time x workers."""
+def timed(
+    engine: Engine, shards: list[Shard], load_seconds: float, say: Any, start_up: float | None = None
+) -> dict[str, Any]:
+    """The run's whole time and rate, its rate once a model load is taken off, its rate once the
+    engine's whole start-up (`start_up`, see start_up_seconds) is, and (local engines) how busy its
+    cores were: CPU time of this process and its workers over wall time x workers."""
     total = sum(len(shard.units) for shard in shards)
     counts = {"units": 0, "sentences": 0}
-    first: dict[str, float] = {}  # when the first shard came back, and the sentences in it
     started, cpu_before = time.perf_counter(), _cpu_seconds()
 
     def done(_: Shard, results: list[Any]) -> None:
@@ -70,16 +71,12 @@ def timed(engine: Engine, shards: list[Shard], load_seconds: float, say: Any) ->
             raise RuntimeError(f"{len(failed)} sentences failed, e.g. {failed[0]}")
         counts["units"] += len(results)
         counts["sentences"] += sum(result.sentences for result in results)
-        first.setdefault("at", time.perf_counter())
-        first.setdefault("sentences", counts["sentences"])
         rate = counts["sentences"] / (time.perf_counter() - started)
         say(f"  {counts['units']}/{total} units, {rate:.1f} sentences/s since the start")
 
     engine.run(shards, done)
-    ended = time.perf_counter()
-    seconds = ended - started
+    seconds = time.perf_counter() - started
     sentences = counts["sentences"]
-    after_first = sentences - first.get("sentences", sentences)
     return {
         "seconds": round(seconds, 2),
         "units": counts["units"],
@@ -89,11 +86,14 @@ def timed(engine: Engine, shards: list[Shard], load_seconds: float, say: Any) ->
         "sentences_per_s_after_load": round(sentences / (seconds - load_seconds), 2)
         if seconds > 2 * load_seconds
         else None,
-        # The imports, loads and Ray's scheduling a worker pays before its first result are outside:
-        # a worker started fresh (a Ray actor) imports torch, which this process had done before.
-        "sentences_per_s_after_first_shard": round(after_first / (ended - first["at"]), 2)
-        if after_first
-        else None,
+        **(
+            {
+                "start_up_seconds": start_up,
+                "sentences_per_s_after_start_up": round(sentences / (seconds - start_up), 2),
+            }
+            if start_up is not None and seconds > 2 * start_up
+            else {}
+        ),
         "cpu_seconds_here_and_children": round(_cpu_seconds() - cpu_before, 2),
     }
 
@@ -108,6 +108,15 @@ def _cpu_seconds() -> float:
 def _busy(run: dict[str, Any], workers: int) -> float:
     cpu, wall = float(run["cpu_seconds_here_and_children"]), float(run["seconds"])
     return round(cpu / (wall * workers), 3)
+
+
+def start_up_seconds(engine: Engine, unit: Unit) -> float:
+    """What a fresh engine of this kind takes to translate one sentence: its workers' start (a Ray
+    actor's process and its imports of torch and transformers, which this process had done before
+    the in-process engine's run), the model load, Ray's scheduling, and one short decode."""
+    started = time.perf_counter()
+    engine.run([Shard(0, (unit,))], lambda _shard, _results: None)
+    return round(time.perf_counter() - started, 2)
 
 
 def model_load_seconds(archive: Path, options: JobOptions) -> float:
@@ -133,10 +142,10 @@ def ratios_of(runs: dict[str, Any]) -> dict[str, float]:
         ratios["ray_one_actor_vs_in_process_after_load"] = round(
             steady["ray_one_actor"] / steady["in_process"], 3
         )
-    after_first = {name: figures.get("sentences_per_s_after_first_shard") for name, figures in runs.items()}
-    if after_first["ray_one_actor"] and after_first["in_process"]:
-        ratios["ray_one_actor_vs_in_process_after_first_shard"] = round(
-            after_first["ray_one_actor"] / after_first["in_process"], 3
+    started = {name: figures.get("sentences_per_s_after_start_up") for name, figures in runs.items()}
+    if started["ray_one_actor"] and started["in_process"]:
+        ratios["ray_one_actor_vs_in_process_after_start_up"] = round(
+            started["ray_one_actor"] / started["in_process"], 3
         )
     return ratios
 
@@ -166,13 +175,18 @@ def run(model_dir: Path, count: int, overhead_count: int, say: Any, beams: int =
         runs["local_per_core"] = timed(LocalEngine(archive, options, per_core), shards, load, say)
         runs["local_per_core"]["cpu_busy"] = _busy(runs["local_per_core"], per_core)
         say(f"in process: the first {len(units[:overhead_count])} sentences in {len(few)} shards")
-        runs["in_process"] = timed(LocalEngine(archive, options), few, load, say)
+        local_start = start_up_seconds(LocalEngine(archive, options), units[0])
+        runs["in_process"] = timed(LocalEngine(archive, options), few, load, say, local_start)
         runs["in_process"]["cpu_busy"] = _busy(runs["in_process"], 1)
         started = time.perf_counter()
         with ray_session(None):
             ray_start = round(time.perf_counter() - started, 2)
             say(f"Ray local started in {ray_start}s; one actor, the same {len(few)} shards")
-            runs["ray_one_actor"] = timed(RayEngine(archive, options, threads=1, actors=1), few, load, say)
+            ray_start_up = start_up_seconds(RayEngine(archive, options, threads=1, actors=1), units[0])
+            say(f"one sentence through a fresh engine: {local_start}s in process, {ray_start_up}s on Ray")
+            runs["ray_one_actor"] = timed(
+                RayEngine(archive, options, threads=1, actors=1), few, load, say, ray_start_up
+            )
             say(f"Ray, one actor per core ({per_core}), every shard")
             runs["ray_per_core"] = timed(RayEngine(archive, options, threads=1), shards, load, say)
     return {
@@ -201,7 +215,7 @@ def markdown(result: dict[str, Any]) -> str:
     rows = [
         f"| {name} | {figures['sentences']} | {figures['seconds']} | {figures['sentences_per_s']} "
         f"| {figures['sentences_per_s_after_load'] or '-'} "
-        f"| {figures.get('sentences_per_s_after_first_shard') or '-'} |"
+        f"| {figures.get('sentences_per_s_after_start_up') or '-'} |"
         for name, figures in result["runs"].items()
     ]
     ratios = ", ".join(f"{name} {value}" for name, value in result["ratios"].items())
@@ -210,7 +224,7 @@ def markdown(result: dict[str, Any]) -> str:
             f"Batch throughput, {result['n']} sentences, output lengths: {result['output_lengths']}",
             "",
             "| run | sentences | seconds | sentences/s, whole run | after one model load "
-            "| after the first shard |",
+            "| after the engine's start-up |",
             "|---|---:|---:|---:|---:|---:|",
             *rows,
             "",

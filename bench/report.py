@@ -148,15 +148,15 @@ def batch_section(batch: dict[str, Any], loads: list[dict[str, Any]]) -> list[st
         f"{batch['n']} Tatoeba sentences, {decode_name(beams)}, output lengths: {batch['output_lengths']}; "
         "a whole run includes loading the model (every worker's), Ray's own start is apart "
         f"({batch['ray_start_seconds']} s); the fourth column takes one model load "
-        f"({batch.get('model_load_seconds', '-')} s, timed apart) off the run; the fifth counts from "
-        "the first shard's result to the end (no start-up inside).",
+        f"({batch.get('model_load_seconds', '-')} s, timed apart) off the run; the fifth takes the "
+        "engine's whole start-up off (one sentence through a fresh engine: its process, imports and load).",
         "",
-        "| run | sentences | sentences/s, whole run | after one model load | after the first shard |",
+        "| run | sentences | sentences/s, whole run | after one model load | after the engine's start-up |",
         "|---|---:|---:|---:|---:|",
         *(
             f"| {name.replace('_', ' ')} | {figures['sentences']} | {figures['sentences_per_s']} "
             f"| {figures.get('sentences_per_s_after_load') or '-'} "
-            f"| {figures.get('sentences_per_s_after_first_shard') or '-'} |"
+            f"| {figures.get('sentences_per_s_after_start_up') or '-'} |"
             for name, figures in runs.items()
         ),
     ]
@@ -170,9 +170,9 @@ def batch_section(batch: dict[str, Any], loads: list[dict[str, Any]]) -> list[st
         lines += ["", f"Batch job (whole run, best engine per core) / server: **{ratio:.2f}x**", ""]
     ray_cost = runs["ray_one_actor"]["sentences_per_s"] / runs["in_process"]["sentences_per_s"]
     line = f"Ray with one actor / in process (the same layout): **{ray_cost:.2f}x**"
-    steady = batch.get("ratios", {}).get("ray_one_actor_vs_in_process_after_first_shard")
+    steady = batch.get("ratios", {}).get("ray_one_actor_vs_in_process_after_start_up")
     if steady is not None:
-        line += f"; after the first shard (no start-up in either): **{steady:.2f}x**"
+        line += f"; each engine's start-up taken off: **{steady:.2f}x**"
     lines.append(line)
     return lines
 
