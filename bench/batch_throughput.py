@@ -14,7 +14,9 @@ translated four ways:
   and one Ray actor, the same layout, so their ratio is what Ray Data costs.
 Each run reports its whole time (every worker's model load inside; Ray's own start apart), its
 rate with one model load (timed apart, in process) taken off, and for the local engines how busy
-the cores were (CPU time of the bench and its workers over wall time x workers).
+the cores were (CPU time of the bench and its workers over wall time x workers). The one-worker
+runs also report their rate with their engine's whole start-up taken off (one sentence through a
+fresh engine: a Ray actor's process and imports too), and each Ray run has a session of its own.
 With a Locust run of the int8 server at the same beams and 100 users in the same results folder
 (make bench's load step), the report sets the job beside it.
 On the offline stand-in every output is forced to its reference translation's token length
