@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,56 @@ MODEL_NAME = "zh_en"
 
 class ServerError(RuntimeError):
     """A management call failed; carries TorchServe's status and message."""
+
+
+class StreamCut(RuntimeError):
+    """A streamed answer that ended before its whole response (docs/API.md, "Big documents and
+    streaming"): the front door's StreamCut line, a line that is not a JSON object, the body's end,
+    or a connection that broke. The sentences yielded before it are complete; send the request
+    again for the rest. `sentences` is how many came."""
+
+    def __init__(self, why: str, sentences: int) -> None:
+        super().__init__(f"the stream was cut after {sentences} sentences: {why}; send the request again")
+        self.sentences = sentences
+
+
+class StreamRefused(RuntimeError):
+    """A stream whose last line is an error body: a refusal found after its 200 went out (a text too
+    costly to rebuild, for one). Sending it again gives the same refusal."""
+
+    def __init__(self, error: dict[str, Any]) -> None:
+        super().__init__(f"{error.get('code')} {error.get('type')}: {error.get('message')}")
+        self.code, self.type = error.get("code"), error.get("type")
+
+
+def read_stream(response: requests.Response) -> Iterator[dict[str, Any]]:
+    """A streamed answer's lines as they come: each sentence's, then the whole response (the line
+    with `translation` and `stats`). Anything else that ends it raises StreamCut, or StreamRefused for
+    an error line, so a caller never takes a cut stream for a whole one. A request refused before its
+    stream began (4xx/5xx) raises requests.HTTPError."""
+    response.raise_for_status()
+    sentences = 0
+    try:
+        for raw in response.iter_lines():
+            if not raw:
+                continue
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                raise StreamCut(f"a line that is not JSON ({raw[:60]!r})", sentences) from None
+            if not isinstance(line, dict):
+                raise StreamCut(f"a line that is not an object ({raw[:60]!r})", sentences)
+            if line.get("type") == "StreamCut":
+                raise StreamCut(str(line.get("message", "the front door's StreamCut line")), sentences)
+            if "translation" not in line and {"code", "type", "message"} <= line.keys():
+                raise StreamRefused(line)
+            yield line
+            if "stats" in line and "translation" in line:
+                return
+            sentences += 1
+    except requests.RequestException as error:  # the connection broke mid-body
+        raise StreamCut(f"the connection broke ({type(error).__name__})", sentences) from error
+    raise StreamCut("the body ended without the whole response", sentences)
 
 
 @dataclass(frozen=True)
@@ -63,13 +114,30 @@ class TorchServeClient:
             json.dumps({"text": text, **options}).encode(), "application/json", model, version
         )
 
+    def translate_stream(
+        self, text: str | list[str], model: str = MODEL_NAME, version: str | None = None, **options: object
+    ) -> Iterator[dict[str, Any]]:
+        """`"stream": true`: each sentence's line as it is decoded, then the whole response; read_stream's
+        StreamCut if the stream ends any other way."""
+        body = json.dumps({"text": text, **options, "stream": True}).encode()
+        yield from read_stream(self.post_raw(body, "application/json", model, version, stream=True))
+
     def post_raw(
-        self, body: bytes, content_type: str | None, model: str = MODEL_NAME, version: str | None = None
+        self,
+        body: bytes,
+        content_type: str | None,
+        model: str = MODEL_NAME,
+        version: str | None = None,
+        stream: bool = False,
     ) -> requests.Response:
         path = f"/predictions/{model}" + (f"/{version}" if version else "")
         headers = self._headers("inference", {"Content-Type": content_type} if content_type else None)
         return self.session.post(
-            f"{self.endpoints.inference}{path}", data=body, headers=headers, timeout=self.timeout
+            f"{self.endpoints.inference}{path}",
+            data=body,
+            headers=headers,
+            timeout=self.timeout,
+            stream=stream,
         )
 
     # Management API

@@ -20,6 +20,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import requests
+
 from serving.fleet_keys import KeyStore
 from serving.front_door import FrontDoor
 from serving.nginx_conf import FrontDoorConfig, FrontDoorPaths
@@ -149,3 +151,14 @@ def front_door(run_dir: Path, ports: list[int], **config: Any) -> Iterator[tuple
         yield door, key
     finally:
         door.stop()
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def assert_error(response: requests.Response, code: int, kind: str) -> None:
+    """A JSON error from the front door: its status, and the same code and type in the body."""
+    assert response.status_code == code, (response.status_code, response.text[:300])
+    assert response.headers["content-type"].startswith("application/json")
+    assert response.json()["code"] == code and response.json()["type"] == kind, response.text

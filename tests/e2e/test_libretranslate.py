@@ -32,7 +32,7 @@ from serving.fleet_keys import KeyStore
 from serving.front_door import FrontDoor
 from serving.ports import free_port
 from serving.replica_set import Fleet
-from tests.e2e.conftest_fleet import Stub, front_door, replica_port
+from tests.e2e.conftest_fleet import Stub, bearer, front_door, replica_port
 from tests.e2e.test_contract import CHECKS, CONFIG, SPEC_PATH
 
 pytestmark = pytest.mark.e2e
@@ -372,7 +372,3 @@ def test_nginx_errors_come_in_libretranslate_shape(tmp_path: Path) -> None:
     assert limited, [response.status_code for response in responses]
     assert_error(limited[0], 429, "Slowdown: rate limit of this API key exceeded")
     assert limited[0].headers["Retry-After"] == "1"
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}

@@ -18,8 +18,8 @@ import requests
 
 from serving.front_door import FrontDoor
 from serving.replica_set import Fleet
-from tests.e2e.conftest_fleet import front_door, replica_port
-from tests.e2e.test_libretranslate import INVALID_KEY, MISSING_KEY, PAIR, assert_error, bearer, post
+from tests.e2e.conftest_fleet import bearer, front_door, replica_port
+from tests.e2e.test_libretranslate import INVALID_KEY, MISSING_KEY, PAIR, assert_error, post
 
 pytestmark = pytest.mark.e2e
 pytest_plugins = ["tests.e2e.shared_fleet", "tests.e2e.libretranslate_door"]  # the replica; door and key

@@ -25,7 +25,7 @@ from serving.front_door import FrontDoor
 from serving.nginx_conf import FrontDoorConfig, FrontDoorPaths
 from serving.ports import free_port
 from serving.replica_set import Fleet
-from tests.e2e.conftest_fleet import Stub, front_door
+from tests.e2e.conftest_fleet import Stub, bearer, front_door
 
 pytestmark = pytest.mark.e2e
 pytest_plugins = ["tests.e2e.shared_fleet"]  # shared_fleet: one replica for the session
@@ -37,10 +37,6 @@ SRT = (
     "1\n00:00:01,000 --> 00:00:03,000\n<i>汤姆不会同意的。</i>\n\n"
     "2\n00:00:04,500 --> 00:00:06,000\n他在公园里散步，\n天气很好。\n"
 )
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
 
 
 @dataclass(frozen=True)
