@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import requests
 
@@ -24,15 +24,19 @@ class ServerError(RuntimeError):
     """A management call failed; carries TorchServe's status and message."""
 
 
+# How a stream was cut: the front door's StreamCut line, a connection that broke, a body that
+# ended without the whole response, or a line that is not a JSON object.
+CutBy = Literal["cut_line", "broke", "ended", "malformed"]
+
+
 class StreamCut(RuntimeError):
     """A streamed answer that ended before its whole response (docs/API.md, "Big documents and
-    streaming"): the front door's StreamCut line, a line that is not a JSON object, the body's end,
-    or a connection that broke. The sentences yielded before it are complete; send the request
-    again for the rest. `sentences` is how many came."""
+    streaming"). The sentences yielded before it are complete; send the request again for the
+    rest. `sentences` is how many came, `by` how it was cut."""
 
-    def __init__(self, why: str, sentences: int) -> None:
+    def __init__(self, by: CutBy, why: str, sentences: int) -> None:
         super().__init__(f"the stream was cut after {sentences} sentences: {why}; send the request again")
-        self.sentences = sentences
+        self.by, self.sentences = by, sentences
 
 
 class StreamRefused(RuntimeError):
@@ -58,11 +62,13 @@ def read_stream(response: requests.Response) -> Iterator[dict[str, Any]]:
             try:
                 line = json.loads(raw)
             except ValueError:
-                raise StreamCut(f"a line that is not JSON ({raw[:60]!r})", sentences) from None
+                raise StreamCut("malformed", f"a line that is not JSON ({raw[:60]!r})", sentences) from None
             if not isinstance(line, dict):
-                raise StreamCut(f"a line that is not an object ({raw[:60]!r})", sentences)
+                raise StreamCut("malformed", f"a line that is not an object ({raw[:60]!r})", sentences)
             if line.get("type") == "StreamCut":
-                raise StreamCut(str(line.get("message", "the front door's StreamCut line")), sentences)
+                raise StreamCut(
+                    "cut_line", str(line.get("message", "the front door's StreamCut line")), sentences
+                )
             if "translation" not in line and {"code", "type", "message"} <= line.keys():
                 raise StreamRefused(line)
             yield line
@@ -70,8 +76,8 @@ def read_stream(response: requests.Response) -> Iterator[dict[str, Any]]:
                 return
             sentences += 1
     except requests.RequestException as error:  # the connection broke mid-body
-        raise StreamCut(f"the connection broke ({type(error).__name__})", sentences) from error
-    raise StreamCut("the body ended without the whole response", sentences)
+        raise StreamCut("broke", f"the connection broke ({type(error).__name__})", sentences) from error
+    raise StreamCut("ended", "the body ended without the whole response", sentences)
 
 
 @dataclass(frozen=True)

@@ -144,7 +144,8 @@ def test_the_client_library_says_a_stream_through_the_door_was_cut(
         with pytest.raises(StreamCut, match="send the request again") as raised:
             for line in read_stream(response):
                 received.append(line)
-    assert received == [json.loads(line) for line in STREAM[:2]] and raised.value.sentences == 2
+    assert received == [json.loads(line) for line in STREAM[:2]]
+    assert (raised.value.sentences, raised.value.by) == (2, "cut_line")
 
 
 def test_a_stream_that_stalls_past_the_read_timeout_ends_with_the_error_line(

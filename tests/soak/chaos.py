@@ -55,7 +55,7 @@ import requests
 
 from bench.cli import BenchCli, Progress
 from bench.common import seconds_until
-from serving.client import read_key
+from serving.client import StreamCut, StreamRefused, read_key, read_stream
 from serving.nginx_conf import FrontDoorConfig
 from serving.ports import free_port
 from serving.processes import live_children, process_alive
@@ -186,21 +186,21 @@ class Client:
         return response.status_code, "lost", f"no translation: {response.text[:80]}", None
 
     def _read_stream(self, response: requests.Response) -> Asked:
+        """Through serving.client's reader, so the soak holds it to every way a stream is cut."""
         lines: list[dict[str, Any]] = []
         try:
-            for line in response.iter_lines():
-                if line:
-                    lines.append(_json(line.decode()))
-        except requests.RequestException as error:
-            if not lines:  # only its head came: no sentence was used, so the client may resend
-                raise BrokeBeforeALine(str(error)) from error
-            return 200, "reset", f"after {len(lines)} lines: {str(error)[:100]}", None
-        last = lines[-1] if lines else {}
-        if "translation" in last and "stats" in last:
-            return 200, "answered", "", str(last["translation"])
-        if last.get("type") == "StreamCut":
-            return 200, "error", f"StreamCut after {len(lines) - 1} lines", None
-        return 200, "lost", f"a stream that ended on {json.dumps(last)[:80]}", None
+            lines.extend(read_stream(response))
+        except StreamRefused as refused:
+            return 200, "error", f"refused after {len(lines)} lines: {refused}", None
+        except StreamCut as cut:
+            if cut.by == "broke" and not lines:  # only its head came: no sentence was used, so resend
+                raise BrokeBeforeALine(str(cut)) from cut
+            if cut.by == "broke":
+                return 200, "reset", f"after {len(lines)} lines: {cut}"[:160], None
+            if cut.by == "cut_line":
+                return 200, "error", f"StreamCut after {cut.sentences} lines", None
+            return 200, "lost", f"{cut}"[:160], None
+        return 200, "answered", "", str(lines[-1]["translation"])
 
 
 def _json(text: str) -> dict[str, Any]:

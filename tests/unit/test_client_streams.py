@@ -86,23 +86,24 @@ def test_a_whole_stream_gives_each_sentence_then_the_whole_response(client: Torc
 
 
 @pytest.mark.parametrize(
-    ("name", "sentences", "why"),
+    ("name", "sentences", "by", "why"),
     [
-        ("cut_line", 2, "send the request again"),
-        ("ended_early", 2, "ended without the whole response"),
-        ("ended_mid_line", 1, "not JSON"),
-        ("not_an_object", 1, "not an object"),
-        ("broke", 1, "connection broke"),
+        ("cut_line", 2, "cut_line", "send the request again"),
+        ("ended_early", 2, "ended", "ended without the whole response"),
+        ("ended_mid_line", 1, "malformed", "not JSON"),
+        ("not_an_object", 1, "malformed", "not an object"),
+        ("broke", 1, "broke", "connection broke"),
     ],
 )
 def test_a_stream_cut_any_way_raises_after_the_sentences_that_came(
-    client: TorchServeClient, name: str, sentences: int, why: str
+    client: TorchServeClient, name: str, sentences: int, by: str, why: str
 ) -> None:
     received = []
     with pytest.raises(StreamCut, match=why) as raised:
         for line in client.translate_stream("一。二。", model=name):
             received.append(line)
-    assert received == SENTENCES[:sentences] and raised.value.sentences == sentences
+    assert received == SENTENCES[:sentences]
+    assert (raised.value.sentences, raised.value.by) == (sentences, by)
 
 
 def test_an_error_line_at_the_end_is_a_refusal_not_a_cut(client: TorchServeClient) -> None:
