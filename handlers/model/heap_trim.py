@@ -30,9 +30,14 @@ IDLE_TRIM_SECONDS = 1.0
 # mallopt's parameters (glibc's malloc.h) and the values used while loading and after.
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 LOAD_MMAP_THRESHOLD = 128 * 1024  # glibc's own starting value, held fixed while loading
-# After loading: glibc's ceiling for its own moving threshold, and twice that before the top of the
-# heap is trimmed, as glibc pairs them. Setting a threshold stops glibc moving it, so both are set.
+# After loading: glibc's ceiling for its own moving threshold, so that a step's buffers (up to a
+# 16 MB matrix of logits) come from the heap and are reused there. Setting it stops glibc moving it.
 RUNTIME_MMAP_THRESHOLD = 32 * 1024 * 1024
+# ...and free() never gives the top of the heap back: only the idle trim does. At glibc's pairing
+# (twice the mmap threshold, 64 MB) a decode's heap shrank whenever a cohort's caches were freed and
+# was faulted in again by the next: about 40,000 page faults per 64 sentences at beam 4, 9% of
+# their decode (AMD EPYC Zen 4, 2026-11-29, docs/INT8.md). The largest value mallopt takes.
+RUNTIME_TRIM_THRESHOLD = 2**31 - 1
 
 
 def _libc_function(name: str, *arguments: type) -> Any:
@@ -51,7 +56,8 @@ def allocations_outside_the_heap() -> Iterator[None]:
     """While inside: each allocation of 128 KiB or more is a mapping of its own (freed, it is unmapped).
 
     On leaving, large buffers come from the heap again, as under glibc's defaults once they have
-    grown: the decode's per-step buffers are reused there, not mapped and faulted in on every step.
+    grown, and the heap is given back only by a trim: the decode's buffers are reused there, not
+    mapped, unmapped and faulted in again step after step.
     """
     mallopt = _libc_function("mallopt", ctypes.c_int, ctypes.c_int)
     if mallopt is None:
@@ -62,7 +68,7 @@ def allocations_outside_the_heap() -> Iterator[None]:
         yield
     finally:
         mallopt(M_MMAP_THRESHOLD, RUNTIME_MMAP_THRESHOLD)
-        mallopt(M_TRIM_THRESHOLD, 2 * RUNTIME_MMAP_THRESHOLD)
+        mallopt(M_TRIM_THRESHOLD, RUNTIME_TRIM_THRESHOLD)
 
 
 def malloc_trim() -> Callable[[], object] | None:

@@ -17,11 +17,15 @@ from handlers.model.heap_trim import IDLE_TRIM_SECONDS, IdleTrim
 from handlers.scheduling.partitions import Finished
 from handlers.scheduling.step_scheduler import SchedulerState, StepScheduler, Submission
 
+# One idle timer per process, as the heap is the process's: a driver made for one call (decode_ids)
+# left its timer armed, and it trimmed the heap in the middle of the next call's decode.
+_HEAP = IdleTrim(IDLE_TRIM_SECONDS)
+
 
 class InlineDriver:
     def __init__(self, scheduler: StepScheduler) -> None:
         self.scheduler = scheduler
-        self.heap = IdleTrim(IDLE_TRIM_SECONDS)  # give the heap back once the worker idles
+        self.heap = _HEAP  # give the heap back once the process idles
 
     def submit(self, submission: Submission) -> None:
         self.scheduler.submit(submission)

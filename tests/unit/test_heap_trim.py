@@ -7,7 +7,16 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from handlers.handler_config import HandlerConfig
 from handlers.model.heap_trim import IdleTrim, malloc_trim
+from handlers.model.search import RowLimits
+from handlers.model.translator import Translator
+from handlers.scheduling.inline import InlineDriver
+from handlers.scheduling.run import SHIPPED, decode_ids, scheduler_for
+from handlers.scheduling.step_scheduler import StepScheduler
+from tests.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -85,3 +94,59 @@ def test_what_loading_frees_leaves_no_holes_in_the_heap() -> None:
     print(f"free inside the heap after a load: {default:.0f} MB by default, {outside:.0f} MB outside")
     assert default > 100, "the pattern no longer leaves holes under glibc's defaults: the test shows nothing"
     assert outside < 10
+
+
+# After a load: a cohort's buffers freed (the last first, so that they join the heap's free top), then
+# as many again for the next cohort. Printed: the page faults taking them the second time cost.
+REUSE = """
+import ctypes, resource
+from handlers.model.heap_trim import allocations_outside_the_heap
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+with allocations_outside_the_heap():
+    pass
+def cohort():
+    size = 30 << 20  # under the 32 MB mmap threshold: from the heap
+    blocks = [libc.malloc(size) for _ in range(4)]
+    for block in blocks:
+        ctypes.memset(block, 1, size)
+    for block in reversed(blocks):
+        libc.free(block)
+cohort()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+cohort()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def test_after_loading_free_gives_nothing_back_and_the_next_cohort_reuses_it() -> None:
+    run = [sys.executable, "-c", REUSE]
+    faults = int(subprocess.run(run, capture_output=True, text=True, check=True, cwd=REPO_ROOT).stdout)
+    # Given back by free() at glibc's 64 MB trim threshold, the 120 MB were faulted in again: 30,720 pages.
+    assert faults < 1_000, f"{faults} page faults: free() gave the heap back between two cohorts"
+
+
+def test_a_driver_made_for_one_call_leaves_no_timer_to_trim_the_next_calls_decode(
+    lively_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    translator = Translator.load(lively_model_dir, HandlerConfig(variant="int8", warmup=False).model)
+    trims: list[float] = []
+    heap = InlineDriver(scheduler_for(translator, SHIPPED)).heap
+    monkeypatch.setattr(heap, "_trim", lambda: trims.append(time.monotonic()))
+    monkeypatch.setattr(heap, "idle_seconds", 0.2)
+    ids, limits = translator.encode(["你好。"]), [RowLimits(8)]
+    decode_ids(translator, ids, limits, 1)  # its driver goes idle: the timer is armed
+    step = StepScheduler.step
+
+    def slow_step(self: StepScheduler) -> object:
+        time.sleep(0.05)
+        return step(self)
+
+    monkeypatch.setattr(StepScheduler, "step", slow_step)
+    started = time.monotonic()
+    decode_ids(translator, ids, limits, 1)  # a new driver, busy for longer than the idle time
+    ended = time.monotonic()
+    assert ended - started > 0.3, "the second decode must outlast the idle time for this to show anything"
+    assert [t for t in trims if started <= t <= ended] == [], "trimmed during the second call's decode"
+    wait_until(lambda: trims, 5, "a trim once the process has idled")
