@@ -19,13 +19,13 @@ from handlers.scheduling.step_scheduler import SchedulerState, StepScheduler, Su
 
 # One idle timer per process, as the heap is the process's: a driver made for one call (decode_ids)
 # left its timer armed, and it trimmed the heap in the middle of the next call's decode.
-_HEAP = IdleTrim(IDLE_TRIM_SECONDS)
+PROCESS_HEAP = IdleTrim(IDLE_TRIM_SECONDS)
 
 
 class InlineDriver:
     def __init__(self, scheduler: StepScheduler) -> None:
         self.scheduler = scheduler
-        self.heap = _HEAP  # give the heap back once the process idles
+        self.heap = PROCESS_HEAP  # give the heap back once the process idles
 
     def submit(self, submission: Submission) -> None:
         self.scheduler.submit(submission)
