@@ -26,7 +26,10 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-IDLE_TRIM_SECONDS = 1.0
+# A request after a trim faults its buffers in again: an 8-sentence text at beam 4 took 223 ms after
+# a 2 s pause past a 1 s idle time, 196 ms after 0.3 s (AMD EPYC Zen 4, 2026-11-29, medians of 10,
+# bench/results/heap-2026-11-29). Ten seconds: traffic with gaps shorter than that keeps its heap.
+IDLE_TRIM_SECONDS = 10.0
 # mallopt's parameters (glibc's malloc.h) and the values used while loading and after.
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 LOAD_MMAP_THRESHOLD = 128 * 1024  # glibc's own starting value, held fixed while loading
