@@ -74,10 +74,10 @@ def measure(
             peer.translate([s.source for s in g], beams, lengths)
 
     engines = {**{engine_name(c): ours(c) for c in choices}, "ct2+map": theirs}
-    # A process gives its heap back after a second without our work (handlers.model.heap_trim), and
-    # here every CTranslate2 pass is such a second: our next pass would fault the heap in again
-    # (9,000-18,000 page faults a beam-4 pass, bench/results/heap-2026-11-29). Engines are compared
-    # at their steady state, so the trim waits until the run ends.
+    # A process gives its heap back after an idle time without our work (handlers.model.heap_trim),
+    # and every CTranslate2 pass is time without it: at the one second the idle time once was, our
+    # next pass faulted the heap in again (9,000-18,000 page faults a beam-4 pass,
+    # bench/results/heap-2026-11-29). Engines are compared at their steady state: the trim waits.
     heap = inline.PROCESS_HEAP
     idle_seconds, heap.idle_seconds = heap.idle_seconds, HELD_IDLE_SECONDS
     try:

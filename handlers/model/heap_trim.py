@@ -38,8 +38,9 @@ LOAD_MMAP_THRESHOLD = 128 * 1024  # glibc's own starting value, held fixed while
 RUNTIME_MMAP_THRESHOLD = 32 * 1024 * 1024
 # ...and free() never gives the top of the heap back: only the idle trim does. At glibc's pairing
 # (twice the mmap threshold, 64 MB) a decode's heap shrank whenever a cohort's caches were freed and
-# was faulted in again by the next: about 40,000 page faults per 64 sentences at beam 4, 9% of
-# their decode (AMD EPYC Zen 4, 2026-11-29, docs/INT8.md). The largest value mallopt takes.
+# was faulted in again by the next. With the one-call drivers' timers (handlers.scheduling.inline),
+# 40,000-57,000 page faults per 64 sentences at beam 4 in process; without both, none and 1.08-1.12x
+# the sentences/s (AMD EPYC Zen 4, 2026-11-29, docs/INT8.md). The largest value mallopt takes.
 RUNTIME_TRIM_THRESHOLD = 2**31 - 1
 
 
