@@ -61,8 +61,15 @@ class Int8Linear:
             return torch._make_per_channel_quantized_tensor(codes, self.scales, zero_points, 0)
         return torch._make_per_tensor_quantized_tensor(codes, float(self.scales), 0)
 
-    def __call__(self, x: torch.Tensor, row_sums: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        """x (..., in_features) float32 -> (..., out_features): any leading shape, as nn.Linear takes."""
+    def __call__(
+        self,
+        x: torch.Tensor,
+        row_sums: torch.Tensor,
+        bias: torch.Tensor | None,
+        after: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """x (..., in_features) float32 -> (..., out_features): any leading shape, as nn.Linear takes.
+        `after` (out_features floats) is added to the output as `out.add_(after)` would add it."""
         if x.dtype != torch.float32:
             raise TypeError(f"expected float32 rows, got {x.dtype}")
         x = x.contiguous()
@@ -78,6 +85,7 @@ class Int8Linear:
             self._multiplier,
             row_sums.data_ptr(),
             None if bias is None else bias.data_ptr(),
+            None if after is None else after.data_ptr(),
             INVERSE,
             q,
             low,

@@ -239,15 +239,20 @@ static void map_quantize(const float *x, int64_t rows, int64_t cols, float inver
 }
 
 /* 8 columns of the epilogue: p = (float)sum * multiplier; v = low * row_sums (+ bias); out = fma(p, span, v),
-   the operations restore_rows makes on fbgemm's p, in its order. */
+   the operations restore_rows makes on fbgemm's p, in its order; then (+ after), the separate add a
+   caller would make on the layer's output (the output layer's final_logits_bias), rounded as that. */
 static inline void finish8(__m256i sum, const float *multiplier, const float *row_sums, const float *bias,
-                           float l, float s, float *out) {
+                           const float *after, float l, float s, float *out) {
     __m256 p = _mm256_mul_ps(_mm256_cvtepi32_ps(sum), _mm256_loadu_ps(multiplier));
     __m256 v = _mm256_mul_ps(_mm256_set1_ps(l), _mm256_loadu_ps(row_sums));
     if (bias) {
         v = _mm256_add_ps(v, _mm256_loadu_ps(bias));
     }
-    _mm256_storeu_ps(out, _mm256_fmadd_ps(p, _mm256_set1_ps(s), v));
+    __m256 result = _mm256_fmadd_ps(p, _mm256_set1_ps(s), v);
+    if (after) {
+        result = _mm256_add_ps(result, _mm256_loadu_ps(after));
+    }
+    _mm256_storeu_ps(out, result);
 }
 
 /* Four quantized inputs of a row, as one 32-bit lane to broadcast. */
@@ -290,8 +295,8 @@ static inline __attribute__((always_inline)) void tile(int R, const uint8_t *q, 
 }
 
 static void block_rows(const uint8_t *q, int64_t r, int R, int64_t cols, const int8_t *w, int64_t n, int64_t c,
-                       const float *m, const float *rs, const float *b, const float *low, const float *span,
-                       float *out) {
+                       const float *m, const float *rs, const float *b, const float *a, const float *low,
+                       const float *span, float *out) {
     __m512i sums[ROWS_PER_TILE];
     switch (R) {
     case 8: tile(8, q, r, cols, w, sums); break;
@@ -305,17 +310,18 @@ static void block_rows(const uint8_t *q, int64_t r, int R, int64_t cols, const i
     }
     for (int i = 0; i < R; i++) {
         float *o = out + (r + i) * n + c;
-        finish8(_mm512_castsi512_si256(sums[i]), m, rs, b, low[r + i], span[r + i], o);
-        finish8(_mm512_extracti64x4_epi64(sums[i], 1), m + 8, rs + 8, b ? b + 8 : NULL, low[r + i], span[r + i],
-                o + 8);
+        finish8(_mm512_castsi512_si256(sums[i]), m, rs, b, a, low[r + i], span[r + i], o);
+        finish8(_mm512_extracti64x4_epi64(sums[i], 1), m + 8, rs + 8, b ? b + 8 : NULL, a ? a + 8 : NULL, low[r + i],
+                span[r + i], o + 8);
     }
 }
 
 static void block(const uint8_t *q, int64_t rows, int64_t cols, const int8_t *w, int64_t n, int64_t c,
-                  const float *m, const float *rs, const float *b, const float *low, const float *span, float *out) {
+                  const float *m, const float *rs, const float *b, const float *a, const float *low, const float *span,
+                  float *out) {
     for (int64_t r = 0; r < rows; r += ROWS_PER_TILE) {
         int64_t left = rows - r;
-        block_rows(q, r, left >= ROWS_PER_TILE ? ROWS_PER_TILE : (int)left, cols, w, n, c, m, rs, b, low, span,
+        block_rows(q, r, left >= ROWS_PER_TILE ? ROWS_PER_TILE : (int)left, cols, w, n, c, m, rs, b, a, low, span,
                    out);
     }
 }
@@ -353,8 +359,8 @@ static void configure(int R) {
 
 /* Every block for rows r0..r0+R-1 (cols a multiple of 64), one tile configuration for them all. */
 static void rows_amx(const uint8_t *q, int64_t r0, int R, int64_t cols, const int8_t *packed, int64_t n,
-                     const float *m, const float *rs, const float *b, const float *low, const float *span,
-                     float *out) {
+                     const float *m, const float *rs, const float *b, const float *a, const float *low,
+                     const float *span, float *out) {
     int32_t sums[16 * 16] __attribute__((aligned(64)));
     configure(R);
     for (int64_t block = 0; block < n / 16; block++) {
@@ -370,9 +376,10 @@ static void rows_amx(const uint8_t *q, int64_t r0, int R, int64_t cols, const in
         for (int i = 0; i < R; i++) {
             float *o = out + (r0 + i) * n + c;
             const float l = low[r0 + i], s = span[r0 + i];
-            finish8(_mm256_load_si256((const __m256i *)(sums + 16 * i)), m + c, rs + c, b ? b + c : NULL, l, s, o);
+            finish8(_mm256_load_si256((const __m256i *)(sums + 16 * i)), m + c, rs + c, b ? b + c : NULL,
+                    a ? a + c : NULL, l, s, o);
             finish8(_mm256_load_si256((const __m256i *)(sums + 16 * i + 8)), m + c + 8, rs + c + 8,
-                    b ? b + c + 8 : NULL, l, s, o + 8);
+                    b ? b + c + 8 : NULL, a ? a + c + 8 : NULL, l, s, o + 8);
         }
     }
     _tile_release();
@@ -423,7 +430,8 @@ static inline __attribute__((always_inline)) void tile(int R, const uint8_t *q, 
 }
 
 static void block(const uint8_t *q, int64_t rows, int64_t cols, const int8_t *w, int64_t n, int64_t c,
-                  const float *m, const float *rs, const float *b, const float *low, const float *span, float *out) {
+                  const float *m, const float *rs, const float *b, const float *a, const float *low, const float *span,
+                  float *out) {
     for (int64_t r = 0; r < rows;) {
         __m256i lo[ROWS_PER_TILE], hi[ROWS_PER_TILE];
         int64_t left = rows - r;
@@ -442,8 +450,8 @@ static void block(const uint8_t *q, int64_t rows, int64_t cols, const int8_t *w,
         }
         for (int i = 0; i < R; i++) {
             float *o = out + (r + i) * n + c;
-            finish8(lo[i], m, rs, b, low[r + i], span[r + i], o);
-            finish8(hi[i], m + 8, rs + 8, b ? b + 8 : NULL, low[r + i], span[r + i], o + 8);
+            finish8(lo[i], m, rs, b, a, low[r + i], span[r + i], o);
+            finish8(hi[i], m + 8, rs + 8, b ? b + 8 : NULL, a ? a + 8 : NULL, low[r + i], span[r + i], o + 8);
         }
         r += R;
     }
@@ -452,34 +460,34 @@ static void block(const uint8_t *q, int64_t rows, int64_t cols, const int8_t *w,
 
 int EXPORT(int8_linear_built)(void) { return 1; }
 
-/* out (rows x n) = the per-row int8 layer of x (rows x cols): see the comment above. `q` (rows x cols
-   bytes) and `low`, `span` (rows floats each) are scratch; `multiplier` has n floats (scale x each
-   column's weight scale, as fbgemm makes it), `bias` may be NULL. */
+/* out (rows x n) = the per-row int8 layer of x (rows x cols), plus `after`: see the comment above. `q`
+   (rows x cols bytes) and `low`, `span` (rows floats each) are scratch; `multiplier` has n floats (scale x
+   each column's weight scale, as fbgemm makes it); `bias` and `after` (n floats each) may be NULL. */
 void EXPORT(int8_linear)(const float *x, int64_t rows, int64_t cols, const int8_t *packed, int64_t n,
-                         const float *multiplier, const float *row_sums, const float *bias, float inverse,
-                         uint8_t *q, float *low, float *span, float *out) {
+                         const float *multiplier, const float *row_sums, const float *bias, const float *after,
+                         float inverse, uint8_t *q, float *low, float *span, float *out) {
     map_quantize(x, rows, cols, inverse, q, low, span);
 #ifdef AMX_PREPARE
     if (cols % 64 == 0) { /* else AVX-512 VNNI's blocks below: a tile takes 64 inputs at a time */
         for (int64_t r = 0; r < rows; r += 16) {
-            rows_amx(q, r, rows - r >= 16 ? 16 : (int)(rows - r), cols, packed, n, multiplier, row_sums, bias, low,
-                     span, out);
+            rows_amx(q, r, rows - r >= 16 ? 16 : (int)(rows - r), cols, packed, n, multiplier, row_sums, bias, after,
+                     low, span, out);
         }
         return;
     }
 #endif
     for (int64_t b = 0; b < n / 16; b++) {
         const int64_t c = b * 16;
-        block(q, rows, cols, packed + b * 16 * cols, n, c, multiplier + c, row_sums + c, bias ? bias + c : NULL, low,
-              span, out);
+        block(q, rows, cols, packed + b * 16 * cols, n, c, multiplier + c, row_sums + c, bias ? bias + c : NULL,
+              after ? after + c : NULL, low, span, out);
     }
 }
 #else
 /* No AVX2 and FMA in this path: RowInt8Linear keeps fbgemm (handlers.model.int8_linear), never calls this. */
 int EXPORT(int8_linear_built)(void) { return 0; }
 void EXPORT(int8_linear)(const float *x, int64_t rows, int64_t cols, const int8_t *packed, int64_t n,
-                         const float *multiplier, const float *row_sums, const float *bias, float inverse,
-                         uint8_t *q, float *low, float *span, float *out) {}
+                         const float *multiplier, const float *row_sums, const float *bias, const float *after,
+                         float inverse, uint8_t *q, float *low, float *span, float *out) {}
 #endif
 
 #ifndef AMX_PREPARE

@@ -92,9 +92,9 @@ SIGNATURES = {
     "map_rows": ([POINTER, SIZE, SIZE, POINTER, POINTER, POINTER], None),
     "restore_rows": ([POINTER, SIZE, SIZE, POINTER, POINTER, POINTER, POINTER, POINTER], None),
     "top_k_rows": ([POINTER, SIZE, SIZE, SIZE, POINTER, POINTER, POINTER], SIZE),
-    # x, rows, cols, packed, n, multiplier, row_sums, bias, inverse, q, low, span, out
+    # x, rows, cols, packed, n, multiplier, row_sums, bias, after, inverse, q, low, span, out
     "int8_linear": (
-        [POINTER, SIZE, SIZE, POINTER, SIZE, *[POINTER] * 3, ctypes.c_float, *[POINTER] * 4],
+        [POINTER, SIZE, SIZE, POINTER, SIZE, *[POINTER] * 4, ctypes.c_float, *[POINTER] * 4],
         None,
     ),
     "int8_linear_built": ([], ctypes.c_int),

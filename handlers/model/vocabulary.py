@@ -59,6 +59,8 @@ class TargetOutputLayer(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         # Added after the matmul, as MarianMTModel does, so the sums round the same way.
+        if isinstance(self.head, RowInt8Linear):
+            return self.head.forward_then_add(hidden, self.bias)
         logits: torch.Tensor = self.head(hidden)
         return logits.add_(self.bias)
 

@@ -84,6 +84,25 @@ def test_fused_projections_and_cut_output_layers_keep_the_bits(ops: RowOps) -> N
         assert cut.whole is not None and same_bits(cut(x), layers[0][1].rows(ids)(x))
 
 
+@pytest.mark.parametrize(("rows", "outputs"), [(1, 32000), (16, 32000), (61, 64), (300, 512)])
+def test_a_bias_added_after_the_layer_in_its_epilogue_gives_the_bits_of_a_separate_add(
+    ops: RowOps, rows: int, outputs: int
+) -> None:
+    """forward_then_add (the output layer and its final_logits_bias) equals the layer's output plus
+    the bias as torch adds it, on the fbgemm path and ours, with and without the layer's own bias, for
+    after-values of every kind: large, tiny, zeros of both signs, -inf (the output layer's fillers), NaN."""
+    weight, bias = quantized_linear(512, outputs, seed=outputs + rows)
+    x = hard_rows(rows, 512, torch.Generator().manual_seed(rows))
+    after = torch.randn(outputs, generator=torch.Generator().manual_seed(5)) * 10
+    after[:6] = torch.tensor([-torch.inf, 0.0, -0.0, 1e-40, 3e38, torch.nan])
+    for given in (None, bias):
+        ours, theirs = pair(weight, given, ops)
+        with torch.inference_mode():
+            expected = theirs(x).add_(after)
+            assert same_bits(theirs.forward_then_add(x, after), expected)
+            assert same_bits(ours.forward_then_add(x, after), expected)
+
+
 def test_quantization_rounds_as_fbgemm_at_every_rounding_point(ops: RowOps) -> None:
     """Rows holding 0 and 1 map onto themselves, so these inputs are the quantizer's own: the floats
     nearest each midpoint (q + 1/2) / 127, where rounding up or down decides the int8 value."""
