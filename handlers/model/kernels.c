@@ -12,7 +12,8 @@
    (tests/unit/test_row_int8_kernels.py).
 
    top_k_rows: a beam's per-row top-k over the vocabulary, torch.topk's answer where no values tie,
-   and a "not mine" for a row where they might (tests/unit/test_top_k.py). */
+   and a "not mine" for a row where they might (tests/unit/test_top_k.py). log_softmax_top_k_rows:
+   torch's log_softmax of each row, in place, then the same top-k (tests/unit/test_log_softmax.py). */
 
 #include <float.h>
 #include <math.h>
@@ -136,58 +137,61 @@ static int insert(float *top, int64_t *columns, int64_t *filled, int64_t k, floa
    columns, as torch.topk(largest=True, sorted=True) gives them when no two of the values it
    compares are equal. A row that holds a NaN, two equal values among its k best, one equal to its
    k-th best, or a k-th best of -inf (a forced eos) is marked in `undecided`: the order torch.topk
-   gives equal values is its own, so the caller asks torch.topk for those rows. Returns how many. */
-int64_t EXPORT(top_k_rows)(const float *values, int64_t rows, int64_t cols, int64_t k, float *top, int64_t *columns,
-                   uint8_t *undecided_rows) {
-    int64_t count = 0;
-    for (int64_t r = 0; r < rows; r++) {
-        int undecided = 0;
-        const float *row = values + r * cols;
-        float *t = top + r * k;
-        int64_t *c = columns + r * k, filled = 0, i = 0;
-        for (; i < k; i++) {
-            undecided |= row[i] != row[i];
-            undecided |= insert(t, c, &filled, k, row[i], i);
+   gives equal values is its own, so the caller asks torch.topk for those rows. Returns how many.
+   top_k_row is one row's scan: 1 where the row is undecided. */
+static int top_k_row(const float *row, int64_t cols, int64_t k, float *t, int64_t *c) {
+    int undecided = 0;
+    int64_t filled = 0, i = 0;
+    for (; i < k; i++) {
+        undecided |= row[i] != row[i];
+        undecided |= insert(t, c, &filled, k, row[i], i);
+    }
+    float least = t[k - 1];
+    floats8 bar;
+    for (int j = 0; j < 8; j++) {
+        bar[j] = least;
+    }
+    for (; i + 8 <= cols; i += 8) {
+        floats8 v;
+        memcpy(&v, row + i, sizeof v);
+        ints8 hit = (v >= bar) | (v != v); /* better, as good (a tie) or NaN: rare once filled */
+        int64_t lanes[4];
+        memcpy(lanes, &hit, sizeof lanes);
+        if (!(lanes[0] | lanes[1] | lanes[2] | lanes[3])) {
+            continue;
         }
-        float least = t[k - 1];
-        floats8 bar;
         for (int j = 0; j < 8; j++) {
-            bar[j] = least;
-        }
-        for (; i + 8 <= cols; i += 8) {
-            floats8 v;
-            memcpy(&v, row + i, sizeof v);
-            ints8 hit = (v >= bar) | (v != v); /* better, as good (a tie) or NaN: rare once filled */
-            int64_t lanes[4];
-            memcpy(lanes, &hit, sizeof lanes);
-            if (!(lanes[0] | lanes[1] | lanes[2] | lanes[3])) {
-                continue;
-            }
-            for (int j = 0; j < 8; j++) {
-                float x = v[j];
-                if (x != x || x == least) {
-                    undecided = 1;
-                } else if (x > least) {
-                    undecided |= insert(t, c, &filled, k, x, i + j);
-                    least = t[k - 1];
-                }
-            }
-            for (int j = 0; j < 8; j++) {
-                bar[j] = least;
-            }
-        }
-        for (; i < cols; i++) {
-            float x = row[i];
+            float x = v[j];
             if (x != x || x == least) {
                 undecided = 1;
             } else if (x > least) {
-                undecided |= insert(t, c, &filled, k, x, i);
+                undecided |= insert(t, c, &filled, k, x, i + j);
                 least = t[k - 1];
             }
         }
-        undecided |= least == -__builtin_inff();
-        undecided_rows[r] = (uint8_t)undecided;
-        count += undecided;
+        for (int j = 0; j < 8; j++) {
+            bar[j] = least;
+        }
+    }
+    for (; i < cols; i++) {
+        float x = row[i];
+        if (x != x || x == least) {
+            undecided = 1;
+        } else if (x > least) {
+            undecided |= insert(t, c, &filled, k, x, i);
+            least = t[k - 1];
+        }
+    }
+    undecided |= least == -__builtin_inff();
+    return undecided;
+}
+
+int64_t EXPORT(top_k_rows)(const float *values, int64_t rows, int64_t cols, int64_t k, float *top, int64_t *columns,
+                           uint8_t *undecided_rows) {
+    int64_t count = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        undecided_rows[r] = (uint8_t)top_k_row(values + r * cols, cols, k, top + r * k, columns + r * k);
+        count += undecided_rows[r];
     }
     return count;
 }
@@ -493,6 +497,167 @@ void EXPORT(int8_linear)(const float *x, int64_t rows, int64_t cols, const int8_
 #ifndef AMX_PREPARE
 /* What a process must do before this path's first call: nothing, but for AMX (above). 0: ready. */
 int EXPORT(prepare)(void) { return 0; }
+#endif
+
+/* ---- log_softmax_top_k_rows: a beam step's log-softmax, in place, then each row's top-k ----
+
+   torch's log_softmax over a row (ATen's serial_vec_log_softmax_lastdim_range, torch 2.13) takes the
+   row's max (vec::reduce_all with vec::maximum), the sum of exp(x - max) (vec::map_reduce_all: one
+   vector accumulator over the row, the tail blended in with Vec::set, then a fixed tree of
+   shuffles), log of that sum, and writes (x - max) - log(sum). Done here in the same vector width
+   as torch's own kernel on this CPU (16 floats where torch runs AVX-512, 8 where it runs AVX2: the
+   caller passes only a matching width), in the same order, with torch's own Sleef exp and log (the
+   caller passes their addresses in libtorch): the same bits, which tests/unit/test_log_softmax.py
+   checks against torch. The row then stays in cache for its top-k scan (top_k_row), where torch's
+   way wrote all 64 x 32,000 log-probabilities and read them back. `banned[r]` >= 0 is a column set to
+   -inf after the log-softmax (min-new-tokens' eos ban), as the caller would set it. */
+#if defined(__AVX512F__)
+#define LOG_SOFTMAX_LANES 16
+typedef __m512 (*vector_function)(__m512);
+
+static inline __m512 maximum(__m512 a, __m512 b) { /* vec::maximum: NaN if either is (all-ones) */
+    __m512 max = _mm512_max_ps(a, b);
+    __mmask16 nan = _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q);
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(max), _mm512_maskz_set1_epi32(nan, -1)));
+}
+
+static inline __m512 load_part(const float *p, int64_t count) { /* Vec::loadu(p, count): zeros after */
+    return _mm512_maskz_loadu_ps((__mmask16)((1u << count) - 1), p);
+}
+
+static inline __m512 set_part(__m512 a, __m512 b, int64_t count) { /* Vec::set: b's first `count` lanes */
+    return _mm512_mask_mov_ps(a, (__mmask16)((1u << count) - 1), b);
+}
+
+#define REDUCE_ALL(fun, v)                                                                                      \
+    do {                                                                                                        \
+        v = fun(v, _mm512_shuffle_f32x4(v, v, 0x4E));                                                           \
+        v = fun(v, _mm512_shuffle_f32x4(v, v, 0xB1));                                                           \
+        v = fun(v, _mm512_shuffle_ps(v, v, 0x4E));                                                              \
+        v = fun(v, _mm512_shuffle_ps(v, v, 0xB1));                                                              \
+    } while (0)
+
+static inline __m512 add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+
+static void log_softmax_row(float *row, int64_t cols, vector_function exp, vector_function log) {
+    const int64_t whole = cols - cols % 16;
+    __m512 acc = _mm512_loadu_ps(row);
+    int64_t d = 16;
+    for (; d < whole; d += 16) {
+        acc = maximum(acc, _mm512_loadu_ps(row + d));
+    }
+    if (cols - d > 0) {
+        acc = set_part(acc, maximum(acc, load_part(row + d, cols - d)), cols - d);
+    }
+    REDUCE_ALL(maximum, acc);
+    const float max = _mm512_cvtss_f32(acc);
+    const __m512 vmax = _mm512_set1_ps(max);
+    __m512 sum = exp(_mm512_sub_ps(_mm512_loadu_ps(row), vmax));
+    for (d = 16; d < whole; d += 16) {
+        sum = _mm512_add_ps(sum, exp(_mm512_sub_ps(_mm512_loadu_ps(row + d), vmax)));
+    }
+    if (cols - d > 0) {
+        __m512 tail = exp(_mm512_sub_ps(load_part(row + d, cols - d), vmax));
+        sum = set_part(sum, _mm512_add_ps(sum, tail), cols - d);
+    }
+    REDUCE_ALL(add, sum);
+    const __m512 vlog = _mm512_set1_ps(_mm512_cvtss_f32(log(_mm512_set1_ps(_mm512_cvtss_f32(sum)))));
+    for (d = 0; d < whole; d += 16) {
+        _mm512_storeu_ps(row + d, _mm512_sub_ps(_mm512_sub_ps(_mm512_loadu_ps(row + d), vmax), vlog));
+    }
+    const float l = _mm512_cvtss_f32(vlog);
+    for (; d < cols; d++) {
+        row[d] = (row[d] - max) - l;
+    }
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+#define LOG_SOFTMAX_LANES 8
+typedef __m256 (*vector_function)(__m256);
+
+static inline __m256 maximum(__m256 a, __m256 b) { /* vec::maximum: NaN if either is (all-ones) */
+    return _mm256_or_ps(_mm256_max_ps(a, b), _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
+}
+
+static inline __m256i first_lanes(int64_t count) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)count), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+static inline __m256 load_part(const float *p, int64_t count) { /* Vec::loadu(p, count): zeros after */
+    return _mm256_maskload_ps(p, first_lanes(count));
+}
+
+static inline __m256 set_part(__m256 a, __m256 b, int64_t count) { /* Vec::set: b's first `count` lanes */
+    return _mm256_blendv_ps(a, b, _mm256_castsi256_ps(first_lanes(count)));
+}
+
+#define REDUCE_ALL(fun, v)                                                                                      \
+    do {                                                                                                        \
+        v = fun(v, _mm256_permute2f128_ps(v, v, 0x1));                                                          \
+        v = fun(v, _mm256_shuffle_ps(v, v, 0x4E));                                                              \
+        v = fun(v, _mm256_shuffle_ps(v, v, 0xB1));                                                              \
+    } while (0)
+
+static inline __m256 add(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
+
+static void log_softmax_row(float *row, int64_t cols, vector_function exp, vector_function log) {
+    const int64_t whole = cols - cols % 8;
+    __m256 acc = _mm256_loadu_ps(row);
+    int64_t d = 8;
+    for (; d < whole; d += 8) {
+        acc = maximum(acc, _mm256_loadu_ps(row + d));
+    }
+    if (cols - d > 0) {
+        acc = set_part(acc, maximum(acc, load_part(row + d, cols - d)), cols - d);
+    }
+    REDUCE_ALL(maximum, acc);
+    const float max = _mm256_cvtss_f32(acc);
+    const __m256 vmax = _mm256_set1_ps(max);
+    __m256 sum = exp(_mm256_sub_ps(_mm256_loadu_ps(row), vmax));
+    for (d = 8; d < whole; d += 8) {
+        sum = _mm256_add_ps(sum, exp(_mm256_sub_ps(_mm256_loadu_ps(row + d), vmax)));
+    }
+    if (cols - d > 0) {
+        __m256 tail = exp(_mm256_sub_ps(load_part(row + d, cols - d), vmax));
+        sum = set_part(sum, _mm256_add_ps(sum, tail), cols - d);
+    }
+    REDUCE_ALL(add, sum);
+    const __m256 vlog = _mm256_set1_ps(_mm256_cvtss_f32(log(_mm256_set1_ps(_mm256_cvtss_f32(sum)))));
+    for (d = 0; d < whole; d += 8) {
+        _mm256_storeu_ps(row + d, _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(row + d), vmax), vlog));
+    }
+    const float l = _mm256_cvtss_f32(vlog);
+    for (; d < cols; d++) {
+        row[d] = (row[d] - max) - l;
+    }
+}
+#endif
+
+#ifdef LOG_SOFTMAX_LANES
+int EXPORT(log_softmax_lanes)(void) { return LOG_SOFTMAX_LANES; }
+
+/* values (rows x cols, cols >= the lanes, k <= cols): each row log-softmaxed in place, `banned` set,
+   then top_k_rows' answer for it; returns how many rows are undecided. */
+int64_t EXPORT(log_softmax_top_k_rows)(float *values, int64_t rows, int64_t cols, int64_t k, const int64_t *banned,
+                                       void *exp, void *log, float *top, int64_t *columns, uint8_t *undecided_rows) {
+    int64_t count = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = values + r * cols;
+        log_softmax_row(row, cols, (vector_function)exp, (vector_function)log);
+        if (banned[r] >= 0) {
+            row[banned[r]] = -__builtin_inff();
+        }
+        undecided_rows[r] = (uint8_t)top_k_row(row, cols, k, top + r * k, columns + r * k);
+        count += undecided_rows[r];
+    }
+    return count;
+}
+#else
+/* No vector width here that torch's log_softmax runs: the caller keeps torch's. */
+int EXPORT(log_softmax_lanes)(void) { return 0; }
+int64_t EXPORT(log_softmax_top_k_rows)(float *values, int64_t rows, int64_t cols, int64_t k, const int64_t *banned,
+                                       void *exp, void *log, float *top, int64_t *columns, uint8_t *undecided_rows) {
+    return -1;
+}
 #endif
 
 #ifdef KERNEL_COMMON

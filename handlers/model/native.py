@@ -98,6 +98,9 @@ SIGNATURES = {
         None,
     ),
     "int8_linear_built": ([], ctypes.c_int),
+    # values, rows, cols, k, banned, exp, log, top, columns, undecided
+    "log_softmax_top_k_rows": ([POINTER, SIZE, SIZE, SIZE, *[POINTER] * 6], SIZE),
+    "log_softmax_lanes": ([], ctypes.c_int),
     "prepare": ([], ctypes.c_int),  # 0 once the process may run the path (AMX asks Linux for its tiles)
 }
 
@@ -116,6 +119,10 @@ class Kernels:
     restore_rows: Callable[..., Any]
     top_k_rows: Callable[..., Any]
     int8_linear: Callable[..., Any] | None
+    # log_softmax_top_k_rows and the addresses of torch's exp and log it calls (handlers.model.top_k),
+    # or None where this path's vector width is not that of torch's own log_softmax on this CPU.
+    log_softmax_top_k_rows: Callable[..., Any] | None = None
+    vector_math: tuple[int, int] | None = None
 
     @property
     def name(self) -> str:
@@ -241,13 +248,39 @@ def load(choice: str = "auto", library_path: Path = LIBRARY) -> Kernels | None:
             f"cpu_kernels: {path.name}: the kernel refused to start (Linux gave no AMX tiles?)"
         )
     ours = bool(functions["int8_linear_built"]()) and matmuls_are_ours(path, features, choice != "auto")
+    math = torch_vector_math(int(functions["log_softmax_lanes"]()))
     return Kernels(
         path,
         functions["map_rows"],
         functions["restore_rows"],
         functions["top_k_rows"],
         functions["int8_linear"] if ours else None,
+        functions["log_softmax_top_k_rows"] if math else None,
+        math,
     )
+
+
+# torch's Vectorized<float>::exp and ::log at each width (ATen's vec512_float.h and vec256_float.h):
+# Sleef's functions, exported by libtorch_cpu.
+SLEEF_FUNCTIONS = {16: ("Sleef_expf16_u10", "Sleef_logf16_u10"), 8: ("Sleef_expf8_u10", "Sleef_logf8_u10")}
+TORCH_LANES = {"AVX512": 16, "AVX2": 8}  # torch.backends.cpu.get_cpu_capability() -> floats a vector
+
+
+def torch_vector_math(lanes: int) -> tuple[int, int] | None:
+    """The addresses of the exp and log torch's log_softmax calls on this CPU, if its kernel runs
+    `lanes` floats a vector (ATEN_CPU_CAPABILITY included); else None: torch's log_softmax stays."""
+    import torch
+
+    if lanes == 0 or TORCH_LANES.get(torch.backends.cpu.get_cpu_capability()) != lanes:
+        return None
+    try:
+        libtorch = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+        exp, log = (
+            ctypes.cast(getattr(libtorch, name), ctypes.c_void_p).value for name in SLEEF_FUNCTIONS[lanes]
+        )
+    except (OSError, AttributeError):
+        return None
+    return (exp, log) if exp and log else None
 
 
 _choice = "auto"
@@ -283,8 +316,9 @@ def describe(kernels: Kernels | None) -> str:
     if kernels is None:
         return "torch (no C kernels)"
     matmuls = "int8_linear" if kernels.int8_linear is not None else "fbgemm"
+    log_softmax = "ours" if kernels.log_softmax_top_k_rows is not None else "torch's"
     proven = kernels.path.proven or "not yet proven on any host"
-    return f"{kernels.name} (int8 matmuls: {matmuls}; path proven: {proven})"
+    return f"{kernels.name} (int8 matmuls: {matmuls}; beam log-softmax: {log_softmax}; path proven: {proven})"
 
 
 def name_of(kernels: Kernels | None) -> str:

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from handlers.model.cross_attention import CrossMemory
 from handlers.model.self_attention_cache import LayerCache, reorder
-from handlers.model.top_k import arg_max, top_k
+from handlers.model.top_k import arg_max, log_softmax_top_k
 
 NEG = -1.0e9  # generate()'s "never pick this" score, added the same way so sums round the same
 # (owner, its finished hypotheses' generated ids, best first) of each sentence that ended this step:
@@ -83,11 +83,30 @@ class Vocabulary:
         banned = generated < minimums
         if bool(banned.any()):
             scores[banned, self.eos_column] = -math.inf
-        if self.rules.forced_eos:
-            forced = caps - 1 == generated
-            if bool(forced.any()):
-                scores[forced] = -math.inf
-                scores[forced, self.eos_column] = 0.0
+        self._force_eos(scores, generated, caps)
+
+    def best_log_probs(
+        self, logits: torch.Tensor, generated: int, caps: torch.Tensor, minimums: torch.Tensor, k: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A beam step's scores per row, as generate() makes them (log-softmax, then `constrain`'s
+        rules), reduced to each row's k best and their columns. Overwrites `logits`."""
+        banned = torch.where(generated < minimums, self.eos_column, -1)
+        log_probs, top, columns = log_softmax_top_k(logits, k, banned)
+        forced = self._force_eos(log_probs, generated, caps)
+        if forced is not None:  # every other column -inf: torch.topk orders the ties
+            top[forced], columns[forced] = torch.topk(log_probs[forced], k, dim=-1)
+        return top, columns
+
+    def _force_eos(self, scores: torch.Tensor, generated: int, caps: torch.Tensor) -> torch.Tensor | None:
+        """Rows at their last position hold only eos (forced_eos_token_id); returns them, or None."""
+        if not self.rules.forced_eos:
+            return None
+        forced = (caps - 1 == generated).nonzero().flatten()
+        if not forced.numel():
+            return None
+        scores.index_fill_(0, forced, -math.inf)
+        scores[forced, self.eos_column] = 0.0
+        return forced
 
 
 class RunningCohort(Protocol):
@@ -199,12 +218,10 @@ class BeamCohort(_CohortState):
         self.top_beams = torch.arange(2 * beams) < beams
 
     def advance(self, logits: torch.Tensor) -> Finished:
-        log_probs = F.log_softmax(logits, dim=-1)
-        rows_per_sentence = log_probs.shape[0] // self.sentences
+        rows_per_sentence = logits.shape[0] // self.sentences
         caps, minimums = (x.repeat_interleave(rows_per_sentence) for x in (self.caps, self.minimums))
-        self.vocabulary.constrain(log_probs, self.generated, caps, minimums)
-        log_probs = log_probs.view(self.sentences, rows_per_sentence, -1)
-        origins = self._extend(log_probs)
+        best = self.vocabulary.best_log_probs(logits, self.generated, caps, minimums, 2 * self.beams)
+        origins = self._extend(*(x.view(self.sentences, rows_per_sentence, -1) for x in best))
         self.generated += 1
         done, keep = self._finish_sentences()
         rows = (keep[:, None] * rows_per_sentence + origins[keep] * (rows_per_sentence > 1)).flatten()
@@ -212,16 +229,16 @@ class BeamCohort(_CohortState):
         self._tokens = self.running[:, :, -1].flatten()
         return done
 
-    def _extend(self, log_probs: torch.Tensor) -> torch.Tensor:
+    def _extend(self, row_scores: torch.Tensor, row_columns: torch.Tensor) -> torch.Tensor:
         """One step for every sentence; returns each new running beam's origin beam.
 
-        log_probs: (sentences, rows, vocabulary), one row per beam (one for all beams at the first
-        step). A sentence's best 2 x beams candidates are among each row's own best 2 x beams (adding
-        the beam's score keeps a row's order), so top-k runs per row and then over those few: the
-        scores are the same sums generate() makes over the whole vocabulary of every beam.
+        row_scores, row_columns: (sentences, rows, 2 x beams), each row's best log-probabilities and
+        their columns, one row per beam (one for all beams at the first step). A sentence's best
+        2 x beams candidates are among each row's own best 2 x beams (adding the beam's score keeps a
+        row's order), so top-k runs per row and then over those few: the scores are the same sums
+        generate() makes over the whole vocabulary of every beam.
         """
-        sentences, beams = log_probs.shape[0], self.beams
-        row_scores, row_columns = top_k(log_probs, 2 * beams)
+        sentences, beams = row_scores.shape[0], self.beams
         row_scores, row_columns = (x.expand(-1, beams, -1) for x in (row_scores, row_columns))
         candidates = (row_scores + self.running_scores[:, :, None]).reshape(sentences, -1)
         top_scores, top_index = torch.topk(candidates, k=2 * beams)
