@@ -46,13 +46,7 @@ def log_softmax_top_k(
     kernels = native.current()
     rows, width = logits.shape
     fused = kernels is not None and kernels.log_softmax_top_k_rows is not None and kernels.vector_math
-    if (
-        not fused
-        or logits.dtype != torch.float32
-        or not logits.is_contiguous()
-        or width < 16
-        or k > width
-    ):
+    if not fused or logits.dtype != torch.float32 or not logits.is_contiguous() or width < 16 or k > width:
         log_probs = F.log_softmax(logits, dim=-1)
         hit = (banned >= 0).nonzero().flatten()
         if hit.numel():
