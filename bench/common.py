@@ -45,7 +45,7 @@ SCHEDULERS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     # TorchServe batches of up to 16.
     "static": (
         {"sentence_cache_entries": 0, "torchserve_batching": "static", "threads": 1},
-        {"continuousBatching": False, "minWorkers": 2, "maxWorkers": 2, "batchSize": 16},
+        {"continuousBatching": False, "minWorkers": 2, "maxWorkers": 2, "batchSize": 16, "maxBatchDelay": 5},
     ),
     "step": (
         # One worker holds the host's work: two running batches in two processes, as the two

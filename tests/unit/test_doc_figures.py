@@ -40,7 +40,7 @@ FIGURE = re.compile(rf"(?<![\w.\-/#:])\**({NUMBER})\**(?:(?:{PAIR})\**({NUMBER})
 NOT_A_FIGURE = re.compile(r"(?:(?:target(?: of)?|at least|within)\s+|=\s*)\**$", re.IGNORECASE)
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 TICKED = re.compile(r"`(bench/(?:studies/)?results/[^`\s<*]+)`")
-RESULT_SUFFIXES = {".json", ".md", ".txt", ".csv", ".tsv"}
+RESULT_SUFFIXES = {".json", ".jsonl", ".md", ".txt", ".csv", ".tsv"}
 RATIOS = {"x", "%"}
 
 
