@@ -77,7 +77,16 @@ class ArchiveModel:
 
 def batch_config(served: HandlerConfig) -> HandlerConfig:
     rows = max(served.max_batch_rows, BATCH_ROWS)
-    return dataclasses.replace(served, max_batch_rows=rows, **BATCH_LIMITS)  # type: ignore[arg-type]
+    # No client waits on a job's sentence, so the server's fairness (documents held to a few rows
+    # while a one-sentence request is about) is off: a group of one text, e.g. the only .srt line
+    # of a corpus, would otherwise hold the rest of the job to 16 rows for seconds.
+    return dataclasses.replace(
+        served,
+        max_batch_rows=rows,
+        document_rows_beside_interactive=rows,
+        interactive_window_ms=0,
+        **BATCH_LIMITS,  # type: ignore[arg-type]
+    )
 
 
 def open_archive(path: Path) -> ArchiveModel:

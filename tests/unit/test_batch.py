@@ -189,6 +189,29 @@ def test_repeated_lines_decode_once_within_a_job(int8_archive: Path) -> None:
     assert counts.cache_hits == 12 and counts.generated_tokens == 0
 
 
+def test_a_group_of_one_sentence_does_not_hold_the_job_to_the_interactive_share(
+    int8_archive: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Units decode as one request per (format, options); a request of one sentence is what the server
+    # protects as interactive. A job has no such client: its other rows stay free to fill.
+    translator = UnitTranslator(int8_archive, JobOptions(beams=4))
+    scheduler = translator.decoding.driver.scheduler  # type: ignore[attr-defined]
+    rows: list[int] = []
+    step = scheduler.step
+
+    def counted_step() -> object:
+        rows.append(scheduler.state().running_rows)
+        return step()
+
+    monkeypatch.setattr(scheduler, "step", counted_step)
+    alone = Unit(0, 0, SOURCES[0], forced_tokens=6)
+    many = [Unit(0, n, SOURCES[n], forced_tokens=5) for n in range(1, 25)]
+    results = translator.translate([alone, *many])
+    assert all(result.translation for result in results)
+    cap = translator.config.document_rows_beside_interactive
+    assert max(rows) > 16 + 4, f"rows per step {rows} (document rows beside interactive: {cap})"
+
+
 @pytest.mark.soak  # a fault drill: `make soak` (and CI), not `make test`
 def test_a_job_killed_midway_resumes_complete_in_order_and_not_duplicated(
     int8_archive: Path, tmp_path: Path
