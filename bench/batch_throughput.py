@@ -18,7 +18,8 @@ the cores were (CPU time of the bench and its workers over wall time x workers).
 runs also report their rate with their engine's whole start-up taken off (one sentence through a
 fresh engine: a Ray actor's process and imports too), and each Ray run has a session of its own.
 With a Locust run of the int8 server at the same beams and 100 users in the same results folder
-(make bench's load step), the report sets the job beside it.
+(make bench's load step, and bench.run_all's second one once the job has run), the report sets the
+job beside them.
 On the offline stand-in every output is forced to its reference translation's token length
 (batch.units.Unit.forced_tokens, for benchmarks only), as bench.latency does, so that decode work
 matches the real model's; results say so under "output_lengths".
@@ -41,6 +42,7 @@ from bench.common import archive_with, is_standin, sample_sentences, unique_sent
 DEFAULT_SENTENCES = 20_000
 OVERHEAD_SENTENCES = 2_000
 QUICK_SENTENCES = 24
+DEFAULT_BEAMS = 4  # the served load the report sets the job beside runs at these beams
 
 
 def command() -> BenchCli:
@@ -53,7 +55,9 @@ def command() -> BenchCli:
         help="the one-worker runs (in process, one Ray actor) take the first this many",
     )
     cli.parser.add_argument("--quick", action="store_true", help=f"{QUICK_SENTENCES} sentences (smoke run)")
-    cli.parser.add_argument("--beams", type=int, default=4, help="num_beams (bench.load's served rung: 4)")
+    cli.parser.add_argument(
+        "--beams", type=int, default=DEFAULT_BEAMS, help="num_beams (bench.load's served rung: 4)"
+    )
     return cli
 
 

@@ -129,9 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         "mixed": lambda: mixed.main(
             ["--model", str(model_dir), *plan.mixed_args, "--results-dir", str(results)]
         ),
-        "batch": lambda: batch_throughput.main(
-            ["--model", str(model_dir), *quick, "--results-dir", str(results)]
-        ),
+        "batch": lambda: run_batch(plan, model_dir, results, cli.command, quick),
     }
     steps = [name for name in STEP_NAMES if name in args.steps]
     for number, name in enumerate(steps, start=1):
@@ -160,11 +158,30 @@ def run_quality(plan: Plan, model_dir: Path, results: Path) -> None:
         )
 
 
+def decoding_name(beams: int) -> str:
+    return "greedy" if beams == 1 else f"beam{beams}"
+
+
+def run_batch(plan: Plan, model_dir: Path, results: Path, command: str, quick: list[str]) -> None:
+    """The batch job, then the server's load that the report sets beside it (int8, the job's beams, 100
+    users) once more: the job's ratio is taken against both, which bracket it on a host that drifts
+    by several percent within minutes."""
+    batch_throughput.main(["--model", str(model_dir), *quick, "--results-dir", str(results)])
+    beside = [load for load in plan.loads if load == ("int8", batch_throughput.DEFAULT_BEAMS, 100)]
+    if beside:
+        run_loads(beside, plan.duration, model_dir, results, command, label_suffix=report.AFTER_BATCH)
+
+
 def run_loads(
-    loads: list[tuple[str, int, int]], duration: str, model_dir: Path, results: Path, command: str
+    loads: list[tuple[str, int, int]],
+    duration: str,
+    model_dir: Path,
+    results: Path,
+    command: str,
+    label_suffix: str = "",
 ) -> None:
     """One cold server per configuration (SERVERS), each Locust run of `loads` against it, each result
-    signed with `command`."""
+    signed with `command` and labelled `load-<server>-<decoding>-u<users>` plus `label_suffix`."""
     for name in SERVERS:
         runs = [(beams, users) for server_name, beams, users in loads if server_name == name]
         if not runs:
@@ -180,7 +197,7 @@ def run_loads(
                         duration=duration,
                         num_beams=beams,
                         key_file=server.key_file,
-                        label=f"load-{name}-{'greedy' if beams == 1 else f'beam{beams}'}-u{users}",
+                        label=f"load-{name}-{decoding_name(beams)}-u{users}{label_suffix}",
                     )
                     run_load(spec, results, model_dir, command, serving_pids=server.worker_pids)
     for name in PEERS:

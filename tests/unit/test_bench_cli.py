@@ -164,6 +164,29 @@ def test_reports_read_the_signature_and_refuse_a_result_without_one() -> None:
         report.commands([signed, {}])
 
 
+def test_the_batch_job_is_set_beside_the_server_runs_before_and_after_it() -> None:
+    signed = {"signature": {"command": "python -m bench.batch_throughput", "machine": {}}}
+    run = {"sentences": 100, "sentences_per_s": 90.0}
+    batch = {
+        **signed,
+        "date": "today",
+        "n": 100,
+        "output_lengths": "reference lengths",
+        "ray_start_seconds": 3.0,
+        "runs": {name: run for name in ("local_per_core", "ray_per_core", "in_process", "ray_one_actor")},
+    }
+    served = {"variant": "int8", "num_beams": 4, "users": 100}
+    before = {**signed, **served, "label": "load-int8-beam4-u100", "rps": 60.0}
+    after = {**signed, **served, "label": f"load-int8-beam4-u100{report.AFTER_BATCH}", "rps": 75.0}
+    text = "\n".join(report.batch_section(batch, [before, after]))
+    assert "| the server again, once the job had run (load-int8-beam4-u100-after-batch) | | 75.0 |" in text
+    # 90 against the mean of 60 and 75, then against each.
+    assert "server: **1.33x** against the mean of the server's runs before and after the job" in text
+    assert "(1.50x and 1.20x against each)" in text
+    assert "server: **1.50x**" in "\n".join(report.batch_section(batch, [before]))
+    assert not report.decoder_comparison([{**after, "decoder": "fast"}, {**before, "decoder": "generate"}])
+
+
 @pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_every_command_answers_help_with_its_shared_flags(
     name: str, capsys: pytest.CaptureFixture[str]
