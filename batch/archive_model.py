@@ -77,9 +77,9 @@ class ArchiveModel:
 
 def batch_config(served: HandlerConfig) -> HandlerConfig:
     rows = max(served.max_batch_rows, BATCH_ROWS)
-    # No client waits on a job's sentence, so the server's fairness (documents held to a few rows
-    # while a one-sentence request is about) is off: a group of one text, e.g. the only .srt line
-    # of a corpus, would otherwise hold the rest of the job to 16 rows for seconds.
+    # No client waits on a job's sentence, so the server's fairness (documents held to
+    # document_rows_beside_interactive while a one-sentence request is about) is off: a group of one
+    # text, e.g. the only .srt line of a corpus, would otherwise hold the rest of the job to it.
     return dataclasses.replace(
         served,
         max_batch_rows=rows,

@@ -28,7 +28,7 @@ import requests
 
 from bench.cli import Progress
 from bench.common import write_result
-from bench.load import LoadSpec, run_load
+from bench.load import LoadSpec, load_label, run_load
 from serving.ports import free_port
 
 IMAGE = "zh-en-torchserve:standin"
@@ -114,7 +114,7 @@ def run_image_load(
     beams: int, users: int, duration: str, model_dir: Path, results: Path, command: str
 ) -> dict[str, Any]:
     """One Locust run against the image, written like ours (bench.load) with the worker's kernel path."""
-    label = f"load-image-{'greedy' if beams == 1 else f'beam{beams}'}-u{users}"
+    label = load_label("image", beams, users)
     with tempfile.TemporaryDirectory(prefix="zh_en_image_") as workdir, running(Path(workdir)) as container:
         say(f"{IMAGE} serving at {container.url}")
         spec = LoadSpec(

@@ -54,7 +54,7 @@ import requests
 from bench import ctranslate2_peer, sbd_standin
 from bench.cli import BenchCli, Progress
 from bench.common import MODELS_DIR, is_standin, write_result
-from bench.load import LoadSpec, reference_lengths, run_load
+from bench.load import LoadSpec, load_label, reference_lengths, run_load
 from serving.ports import free_port
 
 VERSION = "1.9.6"
@@ -284,7 +284,7 @@ def run_peer_load(
     python = install()
     package = build_package(model_dir)
     lengths = reference_lengths(sentences, model_dir) if is_standin(model_dir) else None
-    label = f"load-{setting.name}-beam{BEAMS}-u{users}"
+    label = load_label(setting.name, BEAMS, users)
     with (
         tempfile.TemporaryDirectory(prefix="zh_en_lt_") as workdir,
         serve(setting, package, Path(workdir), lengths, python) as server,

@@ -73,6 +73,11 @@ class LoadSpec:
         return "/predictions/zh_en" + (f"/{self.version}" if self.version else "")
 
 
+def load_label(server: str, beams: int, users: int, suffix: str = "") -> str:
+    """A Locust run's file stem: `load-<server>-<greedy|beamN>-u<users>` (bench.report reads `load-*`)."""
+    return f"load-{server}-{'greedy' if beams == 1 else f'beam{beams}'}-u{users}{suffix}"
+
+
 def run_load(
     spec: LoadSpec,
     results_dir: Path | None = None,

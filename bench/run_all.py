@@ -33,7 +33,7 @@ from archive.build import MODEL_NAME
 from bench import batch_throughput, bleu, image_peer, latency, libretranslate_peer, mixed, report
 from bench.cli import BenchCli, Progress
 from bench.common import CACHE_OFF, DEFAULT_MODEL, SCHEDULERS, archive_with
-from bench.load import LoadSpec, run_load
+from bench.load import LoadSpec, load_label, run_load
 from serving.torchserve import TorchServe
 
 
@@ -158,10 +158,6 @@ def run_quality(plan: Plan, model_dir: Path, results: Path) -> None:
         )
 
 
-def decoding_name(beams: int) -> str:
-    return "greedy" if beams == 1 else f"beam{beams}"
-
-
 def run_batch(plan: Plan, model_dir: Path, results: Path, command: str, quick: list[str]) -> None:
     """The batch job, then the server's load that the report sets beside it (int8, the job's beams, 100
     users) once more: the job's ratio is taken against both, which bracket it on a host that drifts
@@ -197,7 +193,7 @@ def run_loads(
                         duration=duration,
                         num_beams=beams,
                         key_file=server.key_file,
-                        label=f"load-{name}-{decoding_name(beams)}-u{users}{label_suffix}",
+                        label=load_label(name, beams, users, label_suffix),
                     )
                     run_load(spec, results, model_dir, command, serving_pids=server.worker_pids)
     for name in PEERS:
