@@ -140,7 +140,7 @@ async function wholeAnswer(r, uri, args) {
         }
         const parsed = parsedJson(text);
         const again = attempt < TRIES && Date.now() - started < RETRY_WINDOW_MS;
-        if (reply.status === 507 && !workerDied && again) {
+        if (workerDiedUnder(reply.status, parsed) && !workerDied && again) {
             // TorchServe's "Worker died." for the requests its worker held: sent once more (a worker
             // restarts in seconds, and another replica may be up). Only once: were the request itself
             // what killed the worker, it takes one more with it, not one per replica.
@@ -157,6 +157,14 @@ async function wholeAnswer(r, uri, args) {
         }
         r.warn(`answer from ${upstreams[upstreams.length - 1]} cut off; trying a replica again`);
     }
+}
+
+// TorchServe answers the requests a dead worker held with "Worker died.": as 507 when it has already
+// seen the process end by SIGKILL (exit 137), and as 500 when the worker's socket closed first (the
+// same kill, read a moment sooner; TorchServe 0.12's WorkerThread sends "Worker died." with 500 unless the exit
+// code is 137). A chaos soak met two 500s at a worker kill, 2026-12-06. Any other 500 passes through.
+function workerDiedUnder(status, parsed) {
+    return status === 507 || (status === 500 && parsed !== undefined && parsed.message === 'Worker died.');
 }
 
 // Every answer a replica gives is one JSON document (handlers/wire: results and errors alike), and

@@ -46,6 +46,10 @@ def stubs() -> Iterator[dict[str, Stub]]:
         "stream_cut": Stub(200, stream_lines=STREAM[:2], cut_off=True),
         "stream_stalled": Stub(200, stream_lines=STREAM[:2], stall_seconds=3),
         "worker_died": Stub(507),
+        # The same death, read before TorchServe saw the exit code: 500 with the same message.
+        "worker_died_500": Stub(
+            500, body={"code": 500, "type": "InternalServerException", "message": "Worker died."}
+        ),
         # A refusal after the 200 head left (a text past its time budget at render): an error body.
         "late_native": Stub(200, body={"code": 422, "type": "TooCostly", "message": "over the budget"}),
         "late_kserve": Stub(200, body={"error": "over the budget"}),
@@ -198,11 +202,13 @@ def test_a_refusal_under_a_replicas_200_reaches_the_client_with_its_own_status(
         assert requests.post(f"{door.url}/predictions/zh_en", json={"text": "x"}, headers=bearer(key)).ok
 
 
+@pytest.mark.parametrize(("stub", "status"), [("worker_died", 507), ("worker_died_500", 500)])
 def test_a_worker_that_died_under_a_request_costs_one_retry_not_one_per_replica(
-    tmp_path: Path, stubs: dict[str, Stub]
+    tmp_path: Path, stubs: dict[str, Stub], stub: str, status: int
 ) -> None:
-    """TorchServe's 507 "Worker died.": the request goes to a replica once more, and only once."""
-    died = stubs["worker_died"]
+    """TorchServe's "Worker died." (507, or 500 when it read the death before the exit code): the
+    request goes to a replica once more, and only once."""
+    died = stubs[stub]
     with front_door(tmp_path / "one", [died.port, stubs["ok"].port]) as (door, key):
         answers = [
             requests.post(f"{door.url}/predictions/zh_en", json={"text": "x"}, headers=bearer(key))
@@ -212,7 +218,7 @@ def test_a_worker_that_died_under_a_request_costs_one_retry_not_one_per_replica(
     before = len(died.seen_requests)
     with front_door(tmp_path / "all", [died.port], tries=3) as (door, key):
         answer = requests.post(f"{door.url}/predictions/zh_en", json={"text": "x"}, headers=bearer(key))
-    assert answer.status_code == 507 and len(died.seen_requests) - before == 2
+    assert answer.status_code == status and len(died.seen_requests) - before == 2
 
 
 def test_a_500_is_passed_through_not_retried(tmp_path: Path, stubs: dict[str, Stub]) -> None:
