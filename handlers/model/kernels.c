@@ -13,7 +13,8 @@
 
    top_k_rows: a beam's per-row top-k over the vocabulary, torch.topk's answer where no values tie,
    and a "not mine" for a row where they might (tests/unit/test_top_k.py). log_softmax_top_k_rows:
-   torch's log_softmax of each row, in place, then the same top-k (tests/unit/test_log_softmax.py). */
+   torch's log_softmax of each row, in place, then the same top-k (tests/unit/test_log_softmax.py).
+   beam_extend: a beam search's step for a cohort's sentences (tests/unit/test_beam_extend.py). */
 
 #include <float.h>
 #include <math.h>
@@ -194,6 +195,165 @@ int64_t EXPORT(top_k_rows)(const float *values, int64_t rows, int64_t cols, int6
         count += undecided_rows[r];
     }
     return count;
+}
+
+/* ---- beam_extend: one beam-search step for a cohort's sentences (handlers/model/search.py) ----
+
+   BeamCohort._extend as one pass per sentence, where torch took three topk calls and some thirty
+   small operators per cohort and step (a quarter of the batch job's time went to its bookkeeping).
+   Every float comes from the operation torch makes, in its order: a sum of two floats, a division
+   by the length penalty's power (Python's pow, rounded to float as torch rounds a Python scalar),
+   and the "never pick this" penalties added as torch adds a bool times -1e9, which is -0.0f where
+   the bool is false (that keeps the sign of a zero). Where equal values would let torch.topk's own
+   order decide something that counts, it returns 1 and the caller runs torch's operators for the
+   step; nothing it wrote is kept (tests/unit/test_beam_extend.py). */
+
+#define NEVER (-1.0e9f) /* search.py's NEG */
+#define MOST_BEAMS 32
+
+typedef struct {
+    float value;
+    int64_t index;
+} ranked;
+
+/* Best first (insertion sort: a sentence has at most 2 x beams x beams entries). */
+static void rank(ranked *entries, int64_t n) {
+    for (int64_t i = 1; i < n; i++) {
+        ranked e = entries[i];
+        int64_t j = i;
+        for (; j > 0 && e.value > entries[j - 1].value; j--) {
+            entries[j] = entries[j - 1];
+        }
+        entries[j] = e;
+    }
+}
+
+/* Whether ranked entries' first k are torch.topk's whatever order it gives equal values: no NaN,
+   and every value among the first k + 1 that equals a neighbour is one whose entries are all
+   `free` (their identity counts for nothing) and of one bit pattern. `free` may be NULL (none is). */
+static int decided(const ranked *entries, int64_t n, int64_t k, const uint8_t *free) {
+    for (int64_t i = 0; i < n; i++) {
+        if (entries[i].value != entries[i].value) {
+            return 0;
+        }
+    }
+    for (int64_t i = 1; i < n && i <= k; i++) {
+        const float v = entries[i].value;
+        if (entries[i - 1].value > v) {
+            continue;
+        }
+        for (int64_t j = 0; j < n; j++) {
+            if (entries[j].value == v && (!free || !free[entries[j].index] || memcmp(&entries[j].value, &v, sizeof v))) {
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+/* Per sentence: `rows` (1 or beams) rows of its best 2 x beams log-probabilities and their columns,
+   its running beams (generated ids each) and their scores, its cap, and its finished hypotheses
+   (width ids each, -1 after the end); writes the step's running beams (generated + 1 ids), their
+   scores and origin beams, the finished hypotheses, and whether the sentence can still improve
+   and whether all its candidates ended. */
+int64_t EXPORT(beam_extend)(int64_t sentences, int64_t beams, int64_t rows, const float *row_scores,
+                            const int64_t *row_columns, const int64_t *ids, int64_t eos, int64_t generated,
+                            const int64_t *running, const float *running_scores, const int64_t *caps,
+                            double length_penalty, int64_t penalty_by_cap, int64_t stop_when_full, int64_t width,
+                            const int64_t *finished, const float *finished_scores, const uint8_t *is_finished,
+                            const uint8_t *improvable, int64_t *out_running, float *out_running_scores,
+                            int64_t *out_origins, int64_t *out_finished, float *out_finished_scores,
+                            uint8_t *out_is_finished, uint8_t *out_improvable, uint8_t *out_all_hit) {
+    const int64_t wide = 2 * beams, length = generated + 1;
+    if (beams > MOST_BEAMS || length > width) {
+        return 1;
+    }
+    const float divisor = (float)pow((double)length, length_penalty);
+    for (int64_t s = 0; s < sentences; s++) {
+        ranked candidates[2 * MOST_BEAMS * MOST_BEAMS], chosen[2 * MOST_BEAMS], merged[3 * MOST_BEAMS];
+        int64_t token[2 * MOST_BEAMS], origin[2 * MOST_BEAMS];
+        uint8_t hit[2 * MOST_BEAMS], unfinished[3 * MOST_BEAMS], every_hit = 1;
+        for (int64_t b = 0; b < beams; b++) {
+            const float *row = row_scores + (s * rows + (rows > 1 ? b : 0)) * wide;
+            for (int64_t c = 0; c < wide; c++) {
+                candidates[b * wide + c] = (ranked){row[c] + running_scores[s * beams + b], b * wide + c};
+            }
+        }
+        rank(candidates, beams * wide);
+        /* At its cap every candidate ends and so does the sentence: its running beams are dropped,
+           and only the first `beams` candidates (its new finished ones) count. */
+        const int all_hit = caps[s] <= length;
+        if (!decided(candidates, beams * wide, all_hit ? beams : wide, NULL)) {
+            return 1;
+        }
+        for (int64_t i = 0; i < wide; i++) {
+            const int64_t at = candidates[i].index;
+            origin[i] = at / wide;
+            token[i] = ids[row_columns[(s * rows + (rows > 1 ? origin[i] : 0)) * wide + at % wide]];
+            hit[i] = token[i] == eos || all_hit;
+            every_hit &= hit[i];
+            chosen[i] = (ranked){candidates[i].value + (hit[i] ? NEVER : -0.0f), i};
+        }
+        rank(chosen, wide);
+        if (!all_hit && !decided(chosen, wide, beams, NULL)) {
+            return 1;
+        }
+        for (int64_t b = 0; b < beams; b++) {
+            const int64_t i = chosen[b].index, at = s * beams + b;
+            memcpy(out_running + at * length, running + (s * beams + origin[i]) * generated,
+                   (size_t)generated * sizeof *running);
+            out_running[at * length + generated] = token[i];
+            out_running_scores[at] = chosen[b].value;
+            out_origins[at] = origin[i];
+        }
+        /* The finished hypotheses so far, then this step's candidates scored by their length. */
+        int all_finished = 1;
+        for (int64_t b = 0; b < beams; b++) {
+            all_finished &= is_finished[s * beams + b] != 0;
+            merged[b] = (ranked){finished_scores[s * beams + b], b};
+            unfinished[b] = !is_finished[s * beams + b];
+        }
+        const float full = all_finished && stop_when_full ? NEVER : -0.0f;
+        const float stuck = improvable[s] ? -0.0f : NEVER;
+        for (int64_t i = 0; i < wide; i++) {
+            const int just = hit[i] && i < beams;
+            const float score = candidates[i].value / divisor + full + stuck + (just ? -0.0f : NEVER);
+            merged[beams + i] = (ranked){score, beams + i};
+            unfinished[beams + i] = !just;
+        }
+        rank(merged, 3 * beams);
+        if (!decided(merged, 3 * beams, beams, unfinished)) {
+            return 1;
+        }
+        float worst = INFINITY;
+        for (int64_t b = 0; b < beams; b++) {
+            const int64_t j = merged[b].index, at = s * beams + b;
+            int64_t *to = out_finished + at * width;
+            if (j < beams) {
+                memcpy(to, finished + (s * beams + j) * width, (size_t)width * sizeof *to);
+            } else {
+                const int64_t i = j - beams;
+                memcpy(to, running + (s * beams + origin[i]) * generated, (size_t)generated * sizeof *to);
+                to[generated] = token[i];
+                for (int64_t p = length; p < width; p++) {
+                    to[p] = -1;
+                }
+            }
+            out_finished_scores[at] = merged[b].value;
+            out_is_finished[at] = !unfinished[j];
+            worst = merged[b].value < worst ? merged[b].value : worst;
+        }
+        /* generate()'s early stop: can the best running beam still beat the worst finished one? */
+        const float by = penalty_by_cap ? (float)pow((double)caps[s], length_penalty) : divisor;
+        const float best_possible = out_running_scores[s * beams] / by;
+        int better = 0;
+        for (int64_t b = 0; b < beams; b++) {
+            better |= best_possible > (out_is_finished[s * beams + b] ? worst : NEVER);
+        }
+        out_improvable[s] = improvable[s] && better;
+        out_all_hit[s] = every_hit;
+    }
+    return 0;
 }
 
 /* ---- int8_linear: a whole per-row int8 layer in one call, fbgemm's bits without fbgemm ----

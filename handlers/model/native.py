@@ -101,6 +101,15 @@ SIGNATURES = {
     # values, rows, cols, k, banned, exp, log, top, columns, undecided
     "log_softmax_top_k_rows": ([POINTER, SIZE, SIZE, SIZE, *[POINTER] * 6], SIZE),
     "log_softmax_lanes": ([], ctypes.c_int),
+    # sentences, beams, rows, row scores, row columns, ids, eos, generated, running, running scores, caps,
+    # length penalty, penalty by cap, stop when full, width, finished, finished scores, is finished,
+    # improvable, then the outputs: running, running scores, origins, finished, finished scores,
+    # is finished, improvable, all hit
+    "beam_extend": (
+        [*[SIZE] * 3, *[POINTER] * 3, *[SIZE] * 2, *[POINTER] * 3, ctypes.c_double, *[SIZE] * 3]
+        + [POINTER] * 12,
+        SIZE,
+    ),
     "prepare": ([], ctypes.c_int),  # 0 once the process may run the path (AMX asks Linux for its tiles)
 }
 
@@ -123,6 +132,7 @@ class Kernels:
     # or None where this path's vector width is not that of torch's own log_softmax on this CPU.
     log_softmax_top_k_rows: Callable[..., Any] | None = None
     vector_math: tuple[int, int] | None = None
+    beam_extend: Callable[..., Any] | None = None  # BeamCohort's step (handlers.model.search)
 
     @property
     def name(self) -> str:
@@ -257,6 +267,7 @@ def load(choice: str = "auto", library_path: Path = LIBRARY) -> Kernels | None:
         functions["int8_linear"] if ours else None,
         functions["log_softmax_top_k_rows"] if math else None,
         math,
+        functions["beam_extend"],
     )
 
 

@@ -8,7 +8,9 @@ step scheduler (handlers.scheduling.step_scheduler) starts a new cohort whenever
 
 Both searches follow generate()'s rules step for step: log-softmax (beam search), then
 min-new-tokens (eos banned) and forced eos at the last position; top 2 x beams candidates;
-finished hypotheses scored by length penalty; early stopping as generation_config says.
+finished hypotheses scored by length penalty; early stopping as generation_config says. A beam
+step's bookkeeping is one C call per cohort where the kernels are loaded (BeamCohort._extend_natively),
+torch's operators where they are not, or where equal values leave an order that counts to torch.topk.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
+from handlers.model import native
 from handlers.model.cross_attention import CrossMemory
 from handlers.model.self_attention_cache import LayerCache, reorder
 from handlers.model.top_k import arg_max, log_softmax_top_k
@@ -238,6 +241,9 @@ class BeamCohort(_CohortState):
         row's order), so top-k runs per row and then over those few: the scores are the same sums
         generate() makes over the whole vocabulary of every beam.
         """
+        origins = self._extend_natively(row_scores, row_columns)
+        if origins is not None:
+            return origins
         sentences, beams = row_scores.shape[0], self.beams
         row_scores, row_columns = (x.expand(-1, beams, -1) for x in (row_scores, row_columns))
         candidates = (row_scores + self.running_scores[:, :, None]).reshape(sentences, -1)
@@ -269,6 +275,37 @@ class BeamCohort(_CohortState):
         self.all_hit = hits.all(dim=-1)
         return _gather(origin, chosen)
 
+    def _extend_natively(self, row_scores: torch.Tensor, row_columns: torch.Tensor) -> torch.Tensor | None:
+        """_extend's step in one C call (kernels.c's beam_extend: the same scores, and the same
+        hypotheses wherever they count), or None where there are no kernels or equal values leave
+        an order that counts to torch.topk: then nothing has changed and torch's operators run."""
+        kernels = native.current()
+        if kernels is None or kernels.beam_extend is None:
+            return None
+        count, beams, rules = self.sentences, self.beams, self.rules
+        inputs = [x.contiguous() for x in (row_scores, row_columns, self.vocabulary.ids)]
+        state = [x.contiguous() for x in (self.running, self.running_scores, self.caps)]
+        kept = [x.contiguous() for x in (self.finished, self.finished_scores, self.is_finished)]
+        kept.append(self.improvable.contiguous())
+        outputs = [
+            torch.empty((count, beams, self.generated + 1), dtype=torch.long),  # running
+            torch.empty((count, beams)),  # running_scores
+            torch.empty((count, beams), dtype=torch.long),  # origins
+            *(torch.empty_like(x) for x in kept),  # finished, finished_scores, is_finished, improvable
+            torch.empty(count, dtype=torch.bool),  # all_hit
+        ]
+        by_cap = rules.early_stopping == "never" and rules.length_penalty > 0.0
+        undecided = kernels.beam_extend(
+            count, beams, int(row_scores.shape[1]), *_pointers(inputs), rules.eos, self.generated,
+            *_pointers(state), rules.length_penalty, by_cap, rules.early_stopping is True,
+            int(self.finished.shape[2]), *_pointers(kept), *_pointers(outputs),
+        )  # fmt: skip
+        if undecided:
+            return None
+        self.running, self.running_scores, origins = outputs[:3]
+        self.finished, self.finished_scores, self.is_finished, self.improvable, self.all_hit = outputs[3:]
+        return origins
+
     def _update_improvable(self, generated: int) -> None:
         """generate()'s early-stop heuristic: can a running beam still beat the worst finished one?"""
         if self.rules.early_stopping == "never" and self.rules.length_penalty > 0.0:
@@ -299,6 +336,10 @@ class BeamCohort(_CohortState):
             for name in _PER_SENTENCE:
                 setattr(self, name, getattr(self, name)[keep])
         return done, keep
+
+
+def _pointers(tensors: Sequence[torch.Tensor]) -> list[int]:
+    return [tensor.data_ptr() for tensor in tensors]
 
 
 def _gather(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
