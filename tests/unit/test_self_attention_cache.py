@@ -51,3 +51,29 @@ def test_fewer_rows_copy_the_rows_kept_into_a_new_buffer() -> None:
         and torch.equal(keys, before[0][[5, 2, 2]])
         and torch.equal(values, before[1][[5, 2, 2]])
     )
+
+
+def test_the_cache_holds_what_concatenating_would_through_reorders_drops_and_growth() -> None:
+    """Appends, beam reorders, dropped rows and a widening in a random order, past two doublings of the
+    capacity, against the plain way: torch.cat for each position and indexing for each reorder."""
+    generator = torch.Generator().manual_seed(11)
+    rows = ROWS
+
+    def step() -> torch.Tensor:
+        return torch.randn(rows, HEADS, 1, DIM, generator=generator)
+
+    first = (step(), step())
+    cache, expected = LayerCache(*first), list(first)
+    for position in range(1, 40):
+        if position % 3 == 0:
+            keep = int(torch.randint(1, rows + 1, (1,), generator=generator)) if position % 9 == 0 else rows
+            keep = 2 * rows if position == 21 else keep  # a row per beam, as at a beam search's first step
+            index = torch.randint(0, rows, (keep,), generator=generator).sort().values
+            reorder([cache], index)
+            expected = [x[index] for x in expected]
+            rows = keep
+        key, value = step(), step()
+        views = cache.append(key, value)
+        expected = [torch.cat([expected[0], key], dim=2), torch.cat([expected[1], value], dim=2)]
+        assert all(torch.equal(view, x) for view, x in zip(views, expected, strict=True))
+    assert cache.length == 40
