@@ -282,6 +282,10 @@ class BeamCohort(_CohortState):
         kernels = native.current()
         if kernels is None or kernels.beam_extend is None:
             return None
+        if row_scores.dtype != torch.float32 or self.running_scores.dtype != torch.float32:
+            return None  # the kernel's floats are float32's
+        if int(row_scores.shape[1]) not in (1, self.beams):
+            return None  # a row per sentence (the first step) or per beam, as the kernel reads them
         count, beams, rules = self.sentences, self.beams, self.rules
         inputs = [x.contiguous() for x in (row_scores, row_columns, self.vocabulary.ids)]
         state = [x.contiguous() for x in (self.running, self.running_scores, self.caps)]
