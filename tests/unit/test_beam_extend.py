@@ -164,6 +164,8 @@ def test_equal_candidates_that_could_change_a_beam_are_left_to_torch(library: na
     assert cohort._extend_natively(scores, columns) is None, "-3.0 twice: the 4th best and the next"
     cohort, scores = two_beams([-1.0, -2.0, -3.0, -5.0], [-1.5, -2.5, -3.5, -5.0])
     assert cohort._extend_natively(scores, columns) is not None, "-5.0 twice below the best four: no matter"
+    cohort, scores = two_beams([-1.0, -2.0, -3.0, -4.0], [-1.5, -2.5, -3.5, float("nan")])
+    assert cohort._extend_natively(scores, columns) is None, "a NaN: torch.topk's own rules for it"
 
 
 def test_at_its_cap_only_a_sentences_finished_candidates_must_be_ordered(library: native.Kernels) -> None:
