@@ -282,20 +282,20 @@ int64_t EXPORT(beam_extend)(int64_t sentences, int64_t beams, int64_t rows, cons
         rank(candidates, beams * wide);
         /* At its cap every candidate ends and so does the sentence: its running beams are dropped,
            and only the first `beams` candidates (its new finished ones) count. */
-        const int all_hit = caps[s] <= length;
-        if (!decided(candidates, beams * wide, all_hit ? beams : wide, NULL)) {
+        const int capped = caps[s] <= length;
+        if (!decided(candidates, beams * wide, capped ? beams : wide, NULL)) {
             return 1;
         }
         for (int64_t i = 0; i < wide; i++) {
             const int64_t at = candidates[i].index;
             origin[i] = at / wide;
             token[i] = ids[row_columns[(s * rows + (rows > 1 ? origin[i] : 0)) * wide + at % wide]];
-            hit[i] = token[i] == eos || all_hit;
+            hit[i] = token[i] == eos || capped;
             every_hit &= hit[i];
             chosen[i] = (ranked){candidates[i].value + (hit[i] ? NEVER : -0.0f), i};
         }
         rank(chosen, wide);
-        if (!all_hit && !decided(chosen, wide, beams, NULL)) {
+        if (!capped && !decided(chosen, wide, beams, NULL)) {
             return 1;
         }
         for (int64_t b = 0; b < beams; b++) {
