@@ -2,9 +2,9 @@
 
 A sentence is padded to a width that depends on its own length only (handlers.model.batching), and
 attends over its encoder output together with the other sentences of that width, never padded
-further for a longer neighbour. Attention over extra padding is not bit-stable (the softmax and
-its sums change order with the width), and int8 rounding can turn a last-bit change into another
-token, so this grouping is what makes a sentence decode the same alone or in any batch.
+further for a longer neighbour: the encoder's own attention is over its padded width, and int8
+rounding can turn a last-bit change into another token, so this grouping is what makes a sentence
+decode the same alone or in any batch. Keys are held transposed, as handlers.model.attention reads them.
 """
 
 from __future__ import annotations
@@ -13,16 +13,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
+
+from handlers.model.attention import attend, select_sets
 
 
 def additive_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    """(sentences, width) 1/0 -> (sentences, 1, 1, width) float: 0 where attended, -inf elsewhere.
-
-    scaled_dot_product_attention turns a bool mask into exactly this (where(~mask, -inf, 0)) on every
-    call, six calls a step; made once per sentence, the kernel gets the same values.
-    """
-    keep = attention_mask.bool()[:, None, None, :]
+    """(sentences, width) 1/0 -> (sentences, 1, width) float: 0 where attended, -inf elsewhere (as
+    transformers' boolean mask becomes in handlers.model.attention), made once per sentence."""
+    keep = attention_mask.bool()[:, None, :]
     return torch.zeros(keep.shape).masked_fill_(~keep, -torch.inf)
 
 
@@ -30,9 +28,9 @@ def additive_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 class WidthGroup:
     """Sentences of one padded width, shared by their beams."""
 
-    keys: list[torch.Tensor]  # per decoder layer: (sentences, heads, width, head dim)
-    values: list[torch.Tensor]
-    mask: torch.Tensor  # (sentences, 1, 1, width), additive_mask's; always given, so one kernel path
+    keys: list[torch.Tensor]  # per decoder layer: (sentences, heads, head dim, width), transposed_keys'
+    values: list[torch.Tensor]  # (sentences, heads, width, head dim)
+    mask: torch.Tensor  # (sentences, 1, width), additive_mask's
 
     @property
     def sentences(self) -> int:
@@ -40,7 +38,7 @@ class WidthGroup:
 
     def keep(self, rows: torch.Tensor) -> WidthGroup:
         return WidthGroup(
-            [k.index_select(0, rows) for k in self.keys],
+            [select_sets(k, rows) for k in self.keys],
             [v.index_select(0, rows) for v in self.values],
             self.mask.index_select(0, rows),
         )
@@ -67,14 +65,13 @@ class CrossMemory:
         return CrossMemory(kept)
 
     def attend(self, layer: int, query: torch.Tensor, scale: float) -> torch.Tensor:
-        """query (sentences, heads, beams, head dim): each sentence over its own group's keys."""
+        """query (sentences, heads, beams, head dim): each sentence over its own group's keys;
+        -> (sentences, beams, heads, head dim)."""
         parts: Sequence[torch.Tensor] = (
             [query] if len(self.groups) == 1 else torch.split(query, [g.sentences for g in self.groups])
         )
         attended = [
-            F.scaled_dot_product_attention(
-                part, group.keys[layer], group.values[layer], attn_mask=group.mask, scale=scale
-            )
+            attend(part, group.keys[layer], group.values[layer], group.mask, scale)
             for part, group in zip(parts, self.groups, strict=True)
         ]
         return attended[0] if len(attended) == 1 else torch.cat(attended)

@@ -19,9 +19,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from handlers.model.attention import attend, transposed_keys
 from handlers.model.batching import padded_width
 from handlers.model.cross_attention import CrossMemory, WidthGroup, additive_mask
 from handlers.model.layer_step import LayerStep
@@ -192,7 +192,8 @@ class FastDecoder:
         encoded = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         sentences, width, _ = encoded.shape
         heads = [p.reshape(sentences, width, self.heads, -1).transpose(1, 2) for p in self.cross_kv(encoded)]
-        return WidthGroup(heads[0::2], heads[1::2], additive_mask(attention_mask))
+        keys = [transposed_keys(k) for k in heads[0::2]]
+        return WidthGroup(keys, [v.contiguous() for v in heads[1::2]], additive_mask(attention_mask))
 
     def step(self, cohorts: Sequence[Cohort]) -> Sequence[torch.Tensor]:
         """One decoder position for every row of every cohort; returns each cohort's target-side logits.
@@ -222,16 +223,16 @@ class FastDecoder:
                     for cohort, *qkv in zip(cohorts, query, key, value, strict=True)
                 ]
             )
-            attended = attended.transpose(1, 2).contiguous().reshape(len(tokens), 1, -1)
+            attended = attended.reshape(len(tokens), 1, -1)
             hidden = layer.self_norm(hidden + layer.self_out(attended))
 
             # Cross-attention: a sentence's beams are query positions over its one copy of the keys.
             queries = _split(layer.cross_query(hidden), sizes)
             attended = _joined(
                 [
-                    cohort.cross.attend(index, _by_sentence(query, cohort, self.heads), layer.cross_scale)
-                    .transpose(1, 2)
-                    .reshape(len(query), 1, -1)
+                    cohort.cross.attend(
+                        index, _by_sentence(query, cohort, self.heads), layer.cross_scale
+                    ).reshape(len(query), 1, -1)
                     for cohort, query in zip(cohorts, queries, strict=True)
                 ]
             )
@@ -245,11 +246,9 @@ class FastDecoder:
 def _self_attend(
     cohort: Cohort, layer: int, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, scale: float
 ) -> torch.Tensor:
-    if cohort.generated:
-        key, value = cohort.cache[layer].append(key, value)
-    else:
-        cohort.cache.append(LayerCache(key, value))
-    return F.scaled_dot_product_attention(query, key, value, scale=scale)
+    if not cohort.generated:
+        cohort.cache.append(LayerCache(value))
+    return attend(query, *cohort.cache[layer].append(key, value), None, scale)
 
 
 def _by_sentence(query: torch.Tensor, cohort: Cohort, heads: int) -> torch.Tensor:

@@ -14,7 +14,8 @@
    top_k_rows: a beam's per-row top-k over the vocabulary, torch.topk's answer where no values tie,
    and a "not mine" for a row where they might (tests/unit/test_top_k.py). log_softmax_top_k_rows:
    torch's log_softmax of each row, in place, then the same top-k (tests/unit/test_log_softmax.py).
-   beam_extend: a beam search's step for a cohort's sentences (tests/unit/test_beam_extend.py). */
+   beam_extend: a beam search's step for a cohort's sentences (tests/unit/test_beam_extend.py).
+   attend: every attention call, in an order of our own (tests/unit/test_attention.py). */
 
 #include <float.h>
 #include <math.h>
@@ -817,6 +818,199 @@ int64_t EXPORT(log_softmax_top_k_rows)(float *values, int64_t rows, int64_t cols
     return -1;
 }
 #endif
+
+/* ---- attend: attention in one order of float operations of our own, the same on every path ----
+
+   torch's scaled_dot_product_attention gives bits that depend on the BLAS under it (MKL picks its
+   kernels per CPU), and on CPU it calls that BLAS once per sentence and head: for a decoder step's
+   one-position queries that is most of its time. Here one call does a whole layer's attention, and
+   every number is defined by this order, which handlers/model/attention.py's attend_in_torch follows
+   operation for operation (the fallback without this library, and the tests' twin):
+   - score[j] = (((0 + q[0] * k[j][0]) + q[1] * k[j][1]) + ...) * scale, then + mask[j] where given;
+   - max = the largest score (NaN if any is NaN, as torch.amax);
+   - e[j] = exp(score[j] - max) by exp_lanes below, 0 under -87;
+   - total: 16 partial sums, partial[l] = ((0 + e[l]) + e[l + 16]) + ..., then halved: partial[l] +
+     partial[l + 8], then + 4, + 2, + 1 (zeros added past the last key change nothing);
+   - out[d] = (((0 + e[0] * v[0][d]) + e[1] * v[1][d]) + ...) / total.
+   Each lane of a vector is one key (scores) or one value column (out): no sum crosses lanes, so any
+   vector width gives the same bits (tests/unit/test_attention.py checks every path against the twin).
+   Keys come transposed (set, head, dim, key), so that a vector holds consecutive keys. */
+/* The vector width is the path's own (each lane is one key or one value column: no sum crosses lanes,
+   so every width gives the same bits); key rows are padded to ATTEND_PAD, a multiple of all of them. */
+#if defined(__AVX512F__)
+#define ATTEND_LANES 16
+#elif defined(__AVX2__)
+#define ATTEND_LANES 8
+#else
+#define ATTEND_LANES 4
+#endif
+#define ATTEND_PAD 16
+typedef float lane_floats __attribute__((vector_size(4 * ATTEND_LANES)));
+typedef int32_t lane_ints __attribute__((vector_size(4 * ATTEND_LANES)));
+typedef float lane_floats_u __attribute__((vector_size(4 * ATTEND_LANES), aligned(4)));
+#define EXP_CUTOFF -87.0f
+#define EXP_ROUNDER 12582912.0f /* 1.5 * 2^23: x + it - it rounds x to an integer, ties to even */
+
+static inline lane_floats load_lanes(const float *p) { return *(const lane_floats_u *)p; }
+static inline void store_lanes(float *p, lane_floats v) { *(lane_floats_u *)p = v; }
+
+/* exp in a fixed order (Cody-Waite reduction by ln 2, Cephes' expf polynomial), 0 below EXP_CUTOFF. */
+static inline lane_floats exp_lanes(lane_floats x) {
+    const lane_floats shifted = x * 1.44269504088896341f + EXP_ROUNDER;
+    const lane_floats n = shifted - EXP_ROUNDER;
+    lane_floats r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    const lane_floats z = r * r;
+    lane_floats y = r * 1.9875691500e-4f + 1.3981999507e-3f;
+    y = y * r + 8.3334519073e-3f;
+    y = y * r + 4.1665795894e-2f;
+    y = y * r + 1.6666665459e-1f;
+    y = y * r + 5.0000001201e-1f;
+    y = y * z + r;
+    y = y + 1.0f;
+    const lane_ints below = x < EXP_CUTOFF;
+    const lane_ints exponent = (((lane_ints)shifted - 0x4B400000) + 127) << 23;
+    const lane_floats two_n = (lane_floats)(exponent & ~below);
+    return (lane_floats)((lane_ints)(y * two_n) & ~below);
+}
+
+#define ATTEND_CHAINS 8 /* independent dot products interleaved: each sum stays in order, the adds overlap */
+
+/* e[c][j] = (sum over d, in order, of q_c[d] * kt_c[d][j]) * scale for n <= ATTEND_CHAINS chains;
+   kt_c's rows are readable to `keys` rounded up to ATTEND_PAD. */
+static void scores(int n, const float *const *q, const float *const *kt, int64_t k_dim, int64_t keys,
+                   int64_t dim, float scale, float *const *e) {
+    for (int64_t j = 0; j < keys; j += ATTEND_LANES) {
+        lane_floats acc[ATTEND_CHAINS] = {};
+        if (n == ATTEND_CHAINS) {
+            for (int64_t d = 0; d < dim; d++) {
+                for (int c = 0; c < ATTEND_CHAINS; c++) {
+                    acc[c] = acc[c] + q[c][d] * load_lanes(kt[c] + d * k_dim + j);
+                }
+            }
+        } else {
+            for (int64_t d = 0; d < dim; d++) {
+                for (int c = 0; c < n; c++) {
+                    acc[c] = acc[c] + q[c][d] * load_lanes(kt[c] + d * k_dim + j);
+                }
+            }
+        }
+        for (int c = 0; c < n; c++) {
+            store_lanes(e[c] + j, acc[c] * scale);
+        }
+    }
+}
+
+/* out = (sum over j, in order, of e[j] * v[j]) / total, each of the dim lanes on its own. */
+static void weighted_values(const float *e, const float *v, int64_t v_key, int64_t keys, int64_t dim,
+                            float total, float *out) {
+    if (dim == 64) {
+        enum { PARTS = 64 / ATTEND_LANES };
+        lane_floats acc[PARTS] = {};
+        for (int64_t j = 0; j < keys; j++) {
+            const float *row = v + j * v_key;
+            for (int p = 0; p < PARTS; p++) {
+                acc[p] = acc[p] + e[j] * load_lanes(row + p * ATTEND_LANES);
+            }
+        }
+        for (int p = 0; p < PARTS; p++) {
+            store_lanes(out + p * ATTEND_LANES, acc[p] / total);
+        }
+        return;
+    }
+    for (int64_t d = 0; d < dim; d++) {
+        float acc = 0.0f;
+        for (int64_t j = 0; j < keys; j++) {
+            acc = acc + e[j] * v[j * v_key + d];
+        }
+        out[d] = acc / total;
+    }
+}
+
+/* A chain's scores, masked, to its softmax's numerators (in place); returns their sum. */
+static float numerators(float *e, const float *mask, int64_t keys) {
+    if (mask) {
+        for (int64_t j = 0; j < keys; j++) {
+            e[j] = e[j] + mask[j];
+        }
+    }
+    const int64_t padded = (keys + ATTEND_PAD - 1) / ATTEND_PAD * ATTEND_PAD;
+    for (int64_t j = keys; j < padded; j++) {
+        e[j] = -__builtin_inff();
+    }
+    /* The max is exact in any order; NaN if any score is (as torch.amax). */
+    lane_floats top = load_lanes(e);
+    lane_ints nan = {};
+    for (int64_t j = 0; j < padded; j += ATTEND_LANES) {
+        const lane_floats x = load_lanes(e + j);
+        const lane_ints above = x > top;
+        top = (lane_floats)(((lane_ints)x & above) | ((lane_ints)top & ~above));
+        nan |= x != x;
+    }
+    float max = -__builtin_inff();
+    int any_nan = 0;
+    for (int l = 0; l < ATTEND_LANES; l++) {
+        max = top[l] > max ? top[l] : max;
+        any_nan |= nan[l] != 0;
+    }
+    max = any_nan ? __builtin_nanf("") : max;
+    for (int64_t j = 0; j < padded; j += ATTEND_LANES) {
+        store_lanes(e + j, exp_lanes(load_lanes(e + j) - max));
+    }
+    /* The total: ATTEND_PAD partial sums (partial[l] = ((0 + e[l]) + e[l + 16]) + ...), then halved
+       (partial[l] + partial[l + 8], then + 4, + 2, + 1); the padding adds exact zeros. */
+    enum { VECTORS = ATTEND_PAD / ATTEND_LANES };
+    lane_floats sums[VECTORS] = {};
+    for (int64_t j = 0; j < padded; j += ATTEND_PAD) {
+        for (int v = 0; v < VECTORS; v++) {
+            sums[v] = sums[v] + load_lanes(e + j + v * ATTEND_LANES);
+        }
+    }
+    float partial[ATTEND_PAD];
+    for (int v = 0; v < VECTORS; v++) {
+        store_lanes(partial + v * ATTEND_LANES, sums[v]);
+    }
+    for (int width = ATTEND_PAD / 2; width >= 1; width /= 2) {
+        for (int l = 0; l < width; l++) {
+            partial[l] = partial[l] + partial[l + width];
+        }
+    }
+    return partial[0];
+}
+
+/* shape: sets, heads, queries, keys, dim. strides (floats): q set/head/query, kt set/head/dim,
+   v set/head/key, mask set/query, out set/head/query; each one's last axis is contiguous, and kt's rows
+   are readable to `keys` rounded up to ATTEND_PAD. mask: additive, one per set and query (all heads),
+   or NULL. */
+void EXPORT(attend)(const float *q, const float *kt, const float *v, const float *mask, float *out,
+                    const int64_t *shape, const int64_t *strides, float scale) {
+    const int64_t sets = shape[0], heads = shape[1], queries = shape[2], keys = shape[3], dim = shape[4];
+    const int64_t padded = (keys + ATTEND_PAD - 1) / ATTEND_PAD * ATTEND_PAD;
+    float buffer[ATTEND_CHAINS][padded];
+    float *e[ATTEND_CHAINS];
+    for (int c = 0; c < ATTEND_CHAINS; c++) {
+        e[c] = buffer[c];
+    }
+    const int64_t pairs = heads * queries;
+    for (int64_t s = 0; s < sets; s++) {
+        for (int64_t first = 0; first < pairs; first += ATTEND_CHAINS) {
+            const int n = (int)(pairs - first < ATTEND_CHAINS ? pairs - first : ATTEND_CHAINS);
+            const float *qs[ATTEND_CHAINS], *kts[ATTEND_CHAINS];
+            for (int c = 0; c < n; c++) {
+                const int64_t h = (first + c) / queries, i = (first + c) % queries;
+                qs[c] = q + s * strides[0] + h * strides[1] + i * strides[2];
+                kts[c] = kt + s * strides[3] + h * strides[4];
+            }
+            scores(n, qs, kts, strides[5], keys, dim, scale, e);
+            for (int c = 0; c < n; c++) {
+                const int64_t h = (first + c) / queries, i = (first + c) % queries;
+                const float total = numerators(e[c], mask ? mask + s * strides[9] + i * strides[10] : 0, keys);
+                weighted_values(e[c], v + s * strides[6] + h * strides[7], strides[8], keys, dim, total,
+                                out + s * strides[11] + h * strides[12] + i * strides[13]);
+            }
+        }
+    }
+}
 
 #ifdef KERNEL_COMMON
 /* Once per library (in the generic object): what the CPU and the OS offer, from CPUID and XGETBV

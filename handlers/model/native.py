@@ -110,6 +110,8 @@ SIGNATURES = {
         + [POINTER] * 12,
         SIZE,
     ),
+    # q, keys transposed, values, mask, out, shape, strides, scale (handlers.model.attention)
+    "attend": ([*[POINTER] * 7, ctypes.c_float], None),
     "prepare": ([], ctypes.c_int),  # 0 once the process may run the path (AMX asks Linux for its tiles)
 }
 
@@ -133,6 +135,7 @@ class Kernels:
     log_softmax_top_k_rows: Callable[..., Any] | None = None
     vector_math: tuple[int, int] | None = None
     beam_extend: Callable[..., Any] | None = None  # BeamCohort's step (handlers.model.search)
+    attend: Callable[..., Any] | None = None  # every attention call (handlers.model.attention)
 
     @property
     def name(self) -> str:
@@ -268,6 +271,7 @@ def load(choice: str = "auto", library_path: Path = LIBRARY) -> Kernels | None:
         functions["log_softmax_top_k_rows"] if math else None,
         math,
         functions["beam_extend"],
+        functions["attend"],
     )
 
 

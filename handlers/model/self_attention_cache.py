@@ -15,46 +15,55 @@ from collections.abc import Sequence
 
 import torch
 
-INITIAL_POSITIONS = 16
+from handlers.model.attention import KEY_PAD
+
+INITIAL_POSITIONS = KEY_PAD
 
 
 class LayerCache:
-    """Keys and values, (rows, heads, capacity, head dim) each, the first `length` positions filled."""
+    """Keys (rows, heads, head dim, capacity) and values (rows, heads, capacity, head dim), the first
+    `length` positions filled."""
 
-    def __init__(self, key: torch.Tensor, value: torch.Tensor) -> None:
+    def __init__(self, like: torch.Tensor) -> None:
+        """Empty, for rows like `like` (rows, heads, positions, head dim)."""
         self.length = 0
-        self._live = _allocate(key, int(key.shape[0]), INITIAL_POSITIONS)
-        self.append(key, value)
+        self._live = _allocate(like, int(like.shape[0]), INITIAL_POSITIONS)
 
     def append(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Add this step's position (rows, heads, 1, head dim); return every position so far, as views."""
-        keys = self._live[0]
-        if self.length == keys.shape[2]:
-            grown = _allocate(keys, int(keys.shape[0]), 2 * int(keys.shape[2]))
-            for old, new in zip(self._live, grown, strict=True):
-                new[:, :, : self.length].copy_(old[:, :, : self.length])
+        """Add this step's position (rows, heads, 1, head dim); return every position so far, as views:
+        keys transposed (rows, heads, head dim, positions), values (rows, heads, positions, head dim)."""
+        if self.length == self.capacity:
+            grown = _allocate(self._live[1], self.rows, 2 * self.capacity)
+            for old, new in zip(self._filled(), _filled(grown, self.length), strict=True):
+                new.copy_(old)
             self._live = grown
-        end = self.length + 1
-        for buffer, part in zip(self._live, (key, value), strict=True):
-            buffer[:, :, self.length : end].copy_(part)
-        self.length = end
-        return self._live[0][:, :, :end], self._live[1][:, :, :end]
+        self.length += 1
+        keys, values = self._filled()
+        keys[..., -1].copy_(key[:, :, 0])
+        values[:, :, -1].copy_(value[:, :, 0])
+        return keys, values
 
     @property
     def rows(self) -> int:
-        return int(self._live[0].shape[0])
+        return int(self._live[1].shape[0])
+
+    @property
+    def capacity(self) -> int:
+        return int(self._live[1].shape[2])
+
+    def _filled(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return _filled(self._live, self.length)
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep the rows `rows`, in that order (ended sentences dropped), in a new buffer."""
-        kept = _allocate(self._live[0], int(rows.numel()), int(self._live[0].shape[2]))
-        for old, new in zip(self._live, kept, strict=True):
-            torch.index_select(old[:, :, : self.length], 0, rows, out=new[:, :, : self.length])
+        kept = _allocate(self._live[1], int(rows.numel()), self.capacity)
+        for old, new in zip(self._filled(), _filled(kept, self.length), strict=True):
+            torch.index_select(old, 0, rows, out=new)
         self._live = kept
 
     def move(self, destinations: torch.Tensor, sources: torch.Tensor) -> None:
         """Row destinations[i] becomes a copy of row sources[i], in place; the other rows stay."""
-        for buffer in self._live:
-            filled = buffer[:, :, : self.length]
+        for filled in self._filled():
             filled.index_copy_(0, destinations, filled.index_select(0, sources))  # read all, then write
 
 
@@ -80,5 +89,10 @@ def reorder(caches: Sequence[LayerCache], rows: torch.Tensor) -> None:
 
 
 def _allocate(like: torch.Tensor, rows: int, positions: int) -> tuple[torch.Tensor, torch.Tensor]:
-    shape = (rows, int(like.shape[1]), positions, int(like.shape[3]))
-    return like.new_empty(shape), like.new_empty(shape)
+    """Keys and values for `rows` rows of `positions` (like: a (rows, heads, positions, head dim) value)."""
+    heads, dim = int(like.shape[1]), int(like.shape[3])
+    return like.new_empty((rows, heads, dim, positions)), like.new_empty((rows, heads, positions, dim))
+
+
+def _filled(live: tuple[torch.Tensor, torch.Tensor], length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return live[0][..., :length], live[1][:, :, :length]

@@ -23,6 +23,7 @@ from transformers.utils import logging as transformers_logging
 
 from handlers.errors import OverLimit
 from handlers.model import native
+from handlers.model.attention import use_fixed_order_attention
 from handlers.model.decoding import Decoder, make_decoder, release_copied_layers
 from handlers.model.heap_trim import allocations_outside_the_heap
 from handlers.model.long_sentences import fit
@@ -88,6 +89,7 @@ class Translator:
         with allocations_outside_the_heap():
             model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, local_files_only=True)
             model.eval()
+            use_fixed_order_attention(model)  # every attention in one order of ours, C where built
             # Every call passes max_new_tokens; the model's max_length would only trigger a warning.
             model.generation_config.max_length = None
             parameters = sum(p.numel() for p in model.parameters())

@@ -1,4 +1,5 @@
-"""A beam search's in-place reorder leaves every layer's cache as copying the rows kept would."""
+"""A beam search's in-place reorder leaves every layer's cache as copying the rows kept would; keys are
+held transposed (rows, heads, head dim, positions), values as they come."""
 
 from __future__ import annotations
 
@@ -15,14 +16,17 @@ def grown(seed: int, positions: int) -> LayerCache:
     def step() -> torch.Tensor:
         return torch.randn(ROWS, HEADS, 1, DIM, generator=generator)
 
-    cache = LayerCache(step(), step())
-    for _ in range(positions - 1):
+    cache = LayerCache(step())
+    for _ in range(positions):
         cache.append(step(), step())
     return cache
 
 
 def filled(cache: LayerCache) -> tuple[torch.Tensor, torch.Tensor]:
-    return cache._live[0][:, :, : cache.length].clone(), cache._live[1][:, :, : cache.length].clone()
+    """Keys and values as (rows, heads, positions, head dim) copies."""
+    return cache._live[0][..., : cache.length].transpose(2, 3).clone(), cache._live[1][
+        :, :, : cache.length
+    ].clone()
 
 
 def test_a_reorder_in_place_equals_a_copy_of_the_rows_kept() -> None:
@@ -63,7 +67,8 @@ def test_the_cache_holds_what_concatenating_would_through_reorders_drops_and_gro
         return torch.randn(rows, HEADS, 1, DIM, generator=generator)
 
     first = (step(), step())
-    cache, expected = LayerCache(*first), list(first)
+    cache, expected = LayerCache(first[1]), list(first)
+    cache.append(*first)
     for position in range(1, 40):
         if position % 3 == 0:
             keep = int(torch.randint(1, rows + 1, (1,), generator=generator)) if position % 9 == 0 else rows
@@ -73,7 +78,8 @@ def test_the_cache_holds_what_concatenating_would_through_reorders_drops_and_gro
             expected = [x[index] for x in expected]
             rows = keep
         key, value = step(), step()
-        views = cache.append(key, value)
+        keys, values = cache.append(key, value)
         expected = [torch.cat([expected[0], key], dim=2), torch.cat([expected[1], value], dim=2)]
-        assert all(torch.equal(view, x) for view, x in zip(views, expected, strict=True))
+        assert torch.equal(keys.transpose(2, 3), expected[0]) and torch.equal(values, expected[1])
+        assert keys.stride(-1) == 1 and keys.stride(-2) % 16 == 0  # as attention reads them
     assert cache.length == 40
