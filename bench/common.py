@@ -163,10 +163,18 @@ def now(at: dt.datetime | None = None) -> str:
     return (at or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def run_folder(at: dt.datetime | None = None) -> Path:
-    """bench/results/runs/<UTC date and minute>-<commit>/: this run's own folder (not created here)."""
-    moment = (at or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%d-%H%M")
-    return RUNS_DIR / f"{moment}-{git_commit()}"
+def run_folder() -> Path:
+    """bench/results/runs/<UTC date and minute>-<commit>[-N]/: this process's own folder (not created
+    here), chosen once; a name an earlier run of the same minute holds gets the next free suffix."""
+    global _THIS_RUN
+    if _THIS_RUN is None:
+        base = f"{dt.datetime.now(dt.UTC).strftime('%Y-%m-%d-%H%M')}-{git_commit()}"
+        names = (base, *(f"{base}-{n}" for n in range(2, 1000)))
+        _THIS_RUN = next(RUNS_DIR / name for name in names if not (RUNS_DIR / name).exists())
+    return _THIS_RUN
+
+
+_THIS_RUN: Path | None = None
 
 
 def newest_run() -> Path:
@@ -206,7 +214,7 @@ def write_result(
     The top-level date and machine predate the signature and stay: reports read them."""
     at = dt.datetime.now(dt.UTC)
     stamp = signature(command or invoked_command(), at)
-    results_dir = run_folder(at) if results_dir is None else results_dir
+    results_dir = run_folder() if results_dir is None else results_dir
     results_dir.mkdir(parents=True, exist_ok=True)
     path = writable(results_dir / f"{name}.json")
     result = {"date": now(at), "machine": stamp["machine"], "signature": stamp, **payload}

@@ -242,3 +242,29 @@ def test_a_committed_result_is_never_written_over(tmp_path: Path) -> None:
         write_result("hot-path", {"x": 1}, cited.parent)
     assert cited.read_bytes() == before
     assert writable(tmp_path / "new.json") == tmp_path / "new.json"  # not committed: fine
+
+
+def test_two_runs_in_one_minute_get_two_folders(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A second run started in the minute of the first gets its own folder, not the first's (whose
+    uncommitted files it would replace); within one process the folder is chosen once."""
+    from bench import common
+
+    minute = dt.datetime(2026, 12, 7, 7, 9, 30, tzinfo=dt.UTC)
+
+    class Frozen(dt.datetime):
+        @classmethod
+        def now(cls, tz: dt.tzinfo | None = None) -> Frozen:
+            return cls.fromtimestamp(minute.timestamp(), tz)
+
+    monkeypatch.setattr(dt, "datetime", Frozen)  # the module bench.common reads the clock from
+    monkeypatch.setattr(common, "git_commit", lambda: "abc1234")
+    monkeypatch.setattr(common, "RUNS_DIR", tmp_path)
+    monkeypatch.setattr(common, "_THIS_RUN", None)
+    first = common.run_folder()
+    assert first == tmp_path / "2026-12-07-0709-abc1234" and common.run_folder() == first
+    first.mkdir()
+    monkeypatch.setattr(common, "_THIS_RUN", None)  # a second process, same minute
+    assert common.run_folder() == tmp_path / "2026-12-07-0709-abc1234-2"
+    (tmp_path / "2026-12-07-0709-abc1234-2").mkdir()
+    monkeypatch.setattr(common, "_THIS_RUN", None)
+    assert common.run_folder() == tmp_path / "2026-12-07-0709-abc1234-3"
