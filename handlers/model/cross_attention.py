@@ -2,9 +2,9 @@
 
 A sentence is padded to a width that depends on its own length only (handlers.model.batching), and
 attends over its encoder output together with the other sentences of that width, never padded
-further for a longer neighbour: the encoder's own attention is over its padded width, and int8
-rounding can turn a last-bit change into another token, so this grouping is what makes a sentence
-decode the same alone or in any batch. Keys are held transposed, as handlers.model.attention reads them.
+further for a longer neighbour. Since attention is ours (handlers.model.attention), masked padding
+adds exact zeros, so the grouping no longer decides any bit; it keeps a short sentence from paying
+for a long neighbour's keys. Keys are held transposed, as handlers.model.attention reads them.
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ from torch import nn
 
 from handlers.model.attention import attend, transposed_keys
 from handlers.model.batching import padded_width
-from handlers.model.cross_attention import CrossMemory, WidthGroup, additive_mask
+from handlers.model.cross_attention import CrossMemory, WidthGroup
+from handlers.model.encoding import PackedEncoder, Packing
 from handlers.model.layer_step import LayerStep
 from handlers.model.model_config import DecoderName
 from handlers.model.projections import Projections
@@ -149,7 +150,7 @@ class FastDecoder:
 
     def __init__(self, model: Any, output: TargetOutputLayer, rules: SearchRules) -> None:
         marian = model.model
-        self.encoder = marian.encoder
+        self.encoder = PackedEncoder(marian.encoder)
         self.layers: list[Any] = list(marian.decoder.layers)
         self.embed_tokens = marian.decoder.embed_tokens
         self.embed_scale = marian.decoder.embed_scale
@@ -172,28 +173,34 @@ class FastDecoder:
         limits: Sequence[RowLimits],
         beams: int,
     ) -> Cohort:
-        """Encode sentences (groups of one padded width, each encoded and attended apart) into a cohort."""
-        widths = [padded_width(int(n)) for n in attention_mask.sum(dim=1)]
+        """Encode sentences (their tokens packed, one pass for all) into a cohort whose cross-attention
+        memory is grouped by padded width."""
+        lengths = [int(n) for n in attention_mask.sum(dim=1)]
+        widths = [padded_width(n) for n in lengths]
         if max(widths) > input_ids.shape[1]:
             raise ValueError(f"inputs must be padded to {max(widths)} columns: use translator.pad_batch")
         order = sorted(range(len(widths)), key=widths.__getitem__)
-        cross = CrossMemory(
-            [
-                self._encode(input_ids[members, :width], attention_mask[members, :width])
-                for width, members in _runs(order, widths)
-            ]
-        )
+        packing = Packing.of([lengths[i] for i in order], [widths[i] for i in order])
+        tokens = torch.cat([input_ids[i, : lengths[i]] for i in order])
+        cross = CrossMemory(self._cross_memory(self.encoder(tokens, packing), packing))
         ordered_owners, ordered_limits = [owners[i] for i in order], [limits[i] for i in order]
         if beams == 1:
             return GreedyCohort(self.vocabulary, ordered_owners, cross, ordered_limits)
         return BeamCohort(self.vocabulary, ordered_owners, cross, ordered_limits, beams)
 
-    def _encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> WidthGroup:
-        encoded = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        sentences, width, _ = encoded.shape
-        heads = [p.reshape(sentences, width, self.heads, -1).transpose(1, 2) for p in self.cross_kv(encoded)]
-        keys = [transposed_keys(k) for k in heads[0::2]]
-        return WidthGroup(keys, [v.contiguous() for v in heads[1::2]], additive_mask(attention_mask))
+    def _cross_memory(self, encoded: torch.Tensor, packing: Packing) -> list[WidthGroup]:
+        """Every layer's cross-attention keys and values of the packed encoder output, per width group."""
+        groups = []
+        for block, mask in zip(
+            packing.blocks(self.cross_kv.side_by_side(encoded)), packing.masks, strict=True
+        ):
+            sentences, width, _ = block.shape
+            heads = [
+                p.view(sentences, width, self.heads, -1).transpose(1, 2) for p in self.cross_kv.split(block)
+            ]
+            keys = [transposed_keys(k) for k in heads[0::2]]
+            groups.append(WidthGroup(keys, [v.contiguous() for v in heads[1::2]], mask))
+        return groups
 
     def step(self, cohorts: Sequence[Cohort]) -> Sequence[torch.Tensor]:
         """One decoder position for every row of every cohort; returns each cohort's target-side logits.
@@ -265,17 +272,6 @@ def _joined(parts: Sequence[torch.Tensor]) -> torch.Tensor:
     return parts[0] if len(parts) == 1 else torch.cat(list(parts))
 
 
-def _runs(order: Sequence[int], widths: Sequence[int]) -> list[tuple[int, list[int]]]:
-    """`order` (indices sorted by width) cut into runs of one width: (width, member indices)."""
-    runs: list[tuple[int, list[int]]] = []
-    for index in order:
-        if runs and runs[-1][0] == widths[index]:
-            runs[-1][1].append(index)
-        else:
-            runs.append((widths[index], [index]))
-    return runs
-
-
 def _fast(model: Any, tokenizer: Any) -> FastDecoder:
     bad_words = [i for ids in (model.generation_config.bad_words_ids or []) for i in ids]
     ids = target_token_ids(tokenizer, excluded=[tokenizer.pad_token_id, *bad_words])
@@ -313,6 +309,10 @@ def release_copied_layers(model: Any, decoder: Decoder) -> int:
         return 0
     model.lm_head = Released("the full int8 output layer")
     released = 1
+    for layer in model.model.encoder.layers:  # PackedEncoder's fused q/k/v
+        for name in ("q_proj", "k_proj", "v_proj"):
+            setattr(layer.self_attn, name, Released(f"the encoder's int8 {name}"))
+            released += 1
     for layer in decoder.layers:
         for attention, names in (
             (layer.self_attn, ("q_proj", "k_proj", "v_proj")),

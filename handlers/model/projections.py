@@ -36,5 +36,13 @@ class Projections:
         self.joined: nn.Module = fuse(int8) if len(int8) == len(layers) else Concatenated(layers)
 
     def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self.split(self.side_by_side(x))
+
+    def side_by_side(self, x: torch.Tensor) -> torch.Tensor:
+        """Every projection of `x` in one tensor, side by side on the last axis."""
         # forward, not __call__: no hooks are registered, and the decoder calls this every position.
-        return torch.split(self.joined.forward(x), self.widths, dim=-1)
+        return self.joined.forward(x)  # type: ignore[no-any-return]
+
+    def split(self, joined: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """side_by_side's output (or rows of it) cut into each projection's."""
+        return torch.split(joined, self.widths, dim=-1)

@@ -56,15 +56,13 @@ class LayerCache:
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep the rows `rows`, in that order (ended sentences dropped), in a new buffer."""
-        kept = _allocate(self._live[1], int(rows.numel()), self.capacity)
-        for old, new in zip(self._filled(), _filled(kept, self.length), strict=True):
-            torch.index_select(old, 0, rows, out=new)
-        self._live = kept
+        keys, values = self._live
+        self._live = keys.index_select(0, rows), values.index_select(0, rows)
 
     def move(self, destinations: torch.Tensor, sources: torch.Tensor) -> None:
         """Row destinations[i] becomes a copy of row sources[i], in place; the other rows stay."""
-        for filled in self._filled():
-            filled.index_copy_(0, destinations, filled.index_select(0, sources))  # read all, then write
+        for whole in self._live:
+            whole.index_copy_(0, destinations, whole.index_select(0, sources))  # read all, then write
 
 
 def reorder(caches: Sequence[LayerCache], rows: torch.Tensor) -> None:

@@ -80,9 +80,14 @@ def test_int8_quantizes_every_linear_and_fp32_none(fp32: Translator, int8: Trans
     assert isinstance(decoder, FastDecoder)
     released = sum(isinstance(module, Released) for module in int8.model.modules())
     assert int8.info.quantized_linear == count_quantized_linear(int8.model) + released
-    assert released == 1 + 5 * len(decoder.layers)  # lm_head; q, k, v, cross k, cross v per layer
-    fused = [p.joined for p in [*decoder.self_qkv, decoder.cross_kv]]
-    assert sum(map(count_quantized_linear, [decoder.output, *fused])) == len(decoder.layers) + 2
+    encoder_layers = decoder.encoder.layers
+    # lm_head; per decoder layer q, k, v, cross k, cross v; per encoder layer q, k, v
+    assert released == 1 + 5 * len(decoder.layers) + 3 * len(encoder_layers)
+    fused = [p.joined for p in [*decoder.self_qkv, decoder.cross_kv, *(e.qkv for e in encoder_layers)]]
+    assert (
+        sum(map(count_quantized_linear, [decoder.output, *fused]))
+        == len(decoder.layers) + len(encoder_layers) + 2
+    )
     assert not any(type(module) is nn.Linear for module in int8.model.modules())
     assert int8.info.parameters == fp32.info.parameters
 
