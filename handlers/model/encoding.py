@@ -119,23 +119,17 @@ class PackedEncoder:
         embedded: torch.Tensor = self.embed_tokens(tokens) * self.embed_scale
         hidden = embedded + self.positions[packing.positions]
         for layer in self.layers:
-            attended = self._attend(layer, packing, *layer.qkv(hidden))
+            attended = self._attend(layer, packing, layer.qkv.side_by_side(hidden))
             hidden = layer.self_norm(hidden + layer.out(attended))
             hidden = layer.final_norm(hidden + layer.fc2(layer.activation(layer.fc1(hidden))))
         return hidden
 
-    def _attend(
-        self,
-        layer: EncoderLayerStep,
-        packing: Packing,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-    ) -> torch.Tensor:
-        """Each sentence's tokens over its own, per width group; -> packed (tokens, d_model)."""
+    def _attend(self, layer: EncoderLayerStep, packing: Packing, qkv: torch.Tensor) -> torch.Tensor:
+        """Each sentence's tokens over its own, per width group (qkv: the packed q, k and v side by side,
+        scattered into each group's block once); -> packed (tokens, d_model)."""
         parts = []
-        for g, (q, k, v) in enumerate(zip(*(packing.blocks(x) for x in (query, key, value)), strict=True)):
-            q, k, v = (x.view(*x.shape[:2], self.heads, -1).transpose(1, 2) for x in (q, k, v))
+        for g, block in enumerate(packing.blocks(qkv)):
+            q, k, v = (x.view(*x.shape[:2], self.heads, -1).transpose(1, 2) for x in layer.qkv.split(block))
             out = attend(q, transposed_keys(k), v.contiguous(), packing.masks[g], layer.scale)
-            parts.append(out.view(-1, query.shape[-1]).index_select(0, packing.slots[g]))
+            parts.append(out.view(-1, out.shape[-2] * out.shape[-1]).index_select(0, packing.slots[g]))
         return parts[0] if len(parts) == 1 else torch.cat(parts)
