@@ -15,6 +15,7 @@
    and a "not mine" for a row where they might (tests/unit/test_top_k.py). log_softmax_top_k_rows:
    torch's log_softmax of each row, in place, then the same top-k (tests/unit/test_log_softmax.py).
    beam_extend: a beam search's step for a cohort's sentences (tests/unit/test_beam_extend.py).
+   move_rows: its reorder of the self-attention cache (tests/unit/test_self_attention_cache.py).
    attend: every attention call, in an order of our own (tests/unit/test_attention.py). */
 
 #include <float.h>
@@ -38,8 +39,10 @@ static inline floats8 pick(ints8 mask, floats8 yes, floats8 no) {
     return (floats8)(((ints8)yes & mask) | ((ints8)no & ~mask));
 }
 
-/* One row's low = min and span = max(max - min, FLT_MIN); a NaN anywhere makes both NaN, as amin/amax do. */
-static void row_range(const float *row, int64_t cols, float *low, float *span) {
+/* row_range's reference: one accumulator of eight lanes, each lane keeping the first of equal
+   values it meets, the lanes then taken in order. It is a chain of dependent compares (a vector each
+   5 cycles); row_range below runs four chains and gives these bits. */
+static void row_range_one_chain(const float *row, int64_t cols, float *low, float *span) {
     floats8 lo, hi;
     ints8 nan = {0};
     for (int j = 0; j < 8; j++) {
@@ -65,6 +68,61 @@ static void row_range(const float *row, int64_t cols, float *low, float *span) {
         any_nan |= v != v;
         l = v < l ? v : l;
         h = v > h ? v : h;
+    }
+    if (any_nan) {
+        l = h = __builtin_nanf("");
+    }
+    float s = h - l;
+    if (!(s != s) && s < FLT_MIN) {
+        s = FLT_MIN;
+    }
+    *low = l;
+    *span = s;
+}
+
+/* One row's low = min and span = max(max - min, FLT_MIN); a NaN anywhere makes both NaN, as amin/amax do.
+   Four accumulators, so that four compares are in flight (1.4% of a beam-4 step went to the one
+   chain). Equal floats have the same bits but for zeros, so the minimum and maximum found in any
+   order are row_range_one_chain's, except a zero of either sign: that row is taken again by it. */
+static void row_range(const float *row, int64_t cols, float *low, float *span) {
+    if (cols < 32) {
+        row_range_one_chain(row, cols, low, span);
+        return;
+    }
+    floats8 lo[4], hi[4];
+    ints8 nan = {0};
+    for (int a = 0; a < 4; a++) {
+        memcpy(&lo[a], row + 8 * a, sizeof lo[a]);
+        hi[a] = lo[a];
+    }
+    int64_t c = 0;
+    for (; c + 32 <= cols; c += 32) {
+        for (int a = 0; a < 4; a++) {
+            floats8 v;
+            memcpy(&v, row + c + 8 * a, sizeof v);
+            nan |= v != v;
+            lo[a] = pick(v < lo[a], v, lo[a]);
+            hi[a] = pick(v > hi[a], v, hi[a]);
+        }
+    }
+    float l = lo[0][0], h = hi[0][0];
+    int any_nan = 0;
+    for (int a = 0; a < 4; a++) {
+        for (int j = 0; j < 8; j++) {
+            l = lo[a][j] < l ? lo[a][j] : l;
+            h = hi[a][j] > h ? hi[a][j] : h;
+            any_nan |= nan[j];
+        }
+    }
+    for (; c < cols; c++) {
+        float v = row[c];
+        any_nan |= v != v;
+        l = v < l ? v : l;
+        h = v > h ? v : h;
+    }
+    if (!any_nan && (l == 0.0f || h == 0.0f)) {
+        row_range_one_chain(row, cols, low, span);
+        return;
     }
     if (any_nan) {
         l = h = __builtin_nanf("");
@@ -196,6 +254,77 @@ int64_t EXPORT(top_k_rows)(const float *values, int64_t rows, int64_t cols, int6
         count += undecided_rows[r];
     }
     return count;
+}
+
+/* top_k_row's scan, fed a vector at a time by a pass that has the values in registers
+   (log_softmax_row's last): the caller compares each vector with scan_bar and hands over only the
+   lanes at or above it or NaN (_CMP_NLT_UQ); scan_hits looks at each with top_k_row's rules (the
+   first k taken as they come, then ties and NaNs mark the row undecided), so the answer and the
+   undecided rows are top_k_row's. Handing it a lane below the bar changes nothing. */
+typedef struct {
+    float *top;
+    int64_t *columns, filled, k;
+    int undecided;
+} scan;
+
+static float scan_bar(const scan *s) { return s->filled < s->k ? -__builtin_inff() : s->top[s->k - 1]; }
+
+/* Lanes `hits` (bit j: values[j], column first + j). */
+static void scan_hits(scan *s, const float *values, int64_t first, uint32_t hits) {
+    for (; hits; hits &= hits - 1) {
+        const int j = __builtin_ctz(hits);
+        const float x = values[j];
+        if (x != x || (s->filled == s->k && x == s->top[s->k - 1])) {
+            s->undecided = 1;
+        } else if (s->filled < s->k || x > s->top[s->k - 1]) {
+            s->undecided |= insert(s->top, s->columns, &s->filled, s->k, x, first + j);
+        }
+    }
+}
+
+/* 1 where the row is undecided: a NaN, a tie, or a k-th best of -inf (a forced eos). */
+static int scan_end(const scan *s) { return s->undecided || s->filled < s->k || s->top[s->k - 1] == -__builtin_inff(); }
+
+/* ---- move_rows: a beam search's reorder of one self-attention cache buffer, in place ----
+
+   Row destinations[i] takes the filled part of row sources[i] (n pairs, destinations distinct). A row
+   is `segments` runs of `length` floats, `stride` floats apart (keys transposed: a run per head and
+   dim; values: a run per head). torch's way (index_select, then index_copy_) copied every moved row
+   twice and whole, to the buffer's capacity; here a source that is also a destination is first
+   copied aside into `scratch` (n x segments x length floats), and every other source, which no pair
+   writes, is copied once, straight to its destination. */
+static int overwritten(int64_t row, const int64_t *destinations, int64_t n) {
+    for (int64_t j = 0; j < n; j++) {
+        if (destinations[j] == row) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void copy_runs(float *to, int64_t to_stride, const float *from, int64_t from_stride, int64_t segments,
+                      int64_t length) {
+    for (int64_t r = 0; r < segments; r++) {
+        memcpy(to + r * to_stride, from + r * from_stride, (size_t)length * sizeof(float));
+    }
+}
+
+void EXPORT(move_rows)(float *buffer, int64_t segments, int64_t stride, int64_t length, const int64_t *destinations,
+                       const int64_t *sources, int64_t n, float *scratch) {
+    const int64_t row = segments * stride, aside = segments * length;
+    for (int64_t i = 0; i < n; i++) {
+        if (overwritten(sources[i], destinations, n)) {
+            copy_runs(scratch + i * aside, length, buffer + sources[i] * row, stride, segments, length);
+        }
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float *to = buffer + destinations[i] * row;
+        if (overwritten(sources[i], destinations, n)) {
+            copy_runs(to, stride, scratch + i * aside, length, segments, length);
+        } else {
+            copy_runs(to, stride, buffer + sources[i] * row, stride, segments, length);
+        }
+    }
 }
 
 /* ---- beam_extend: one beam-search step for a cohort's sentences (handlers/model/search.py) ----
@@ -667,9 +796,10 @@ int EXPORT(prepare)(void) { return 0; }
    as torch's own kernel on this CPU (16 floats where torch runs AVX-512, 8 where it runs AVX2: the
    caller passes only a matching width), in the same order, with torch's own Sleef exp and log (the
    caller passes their addresses in libtorch): the same bits, which tests/unit/test_log_softmax.py
-   checks against torch. The row then stays in cache for its top-k scan (top_k_row), where torch's
-   way wrote all 64 x 32,000 log-probabilities and read them back. `banned[r]` >= 0 is a column set to
-   -inf after the log-softmax (min-new-tokens' eos ban), as the caller would set it. */
+   checks against torch. The pass that writes the log-probabilities also scans them for the top-k
+   (scan_hits), one vector compare each, where torch's way wrote all 64 x 32,000 and read them back
+   (and a separate top_k_row pass read them once more). `banned[r]` >= 0 is a column set to -inf
+   after the log-softmax (min-new-tokens' eos ban), as the caller would set it. */
 #if defined(__AVX512F__)
 #define LOG_SOFTMAX_LANES 16
 typedef __m512 (*vector_function)(__m512);
@@ -698,7 +828,8 @@ static inline __m512 set_part(__m512 a, __m512 b, int64_t count) { /* Vec::set: 
 
 static inline __m512 add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
 
-static void log_softmax_row(float *row, int64_t cols, vector_function exp, vector_function log) {
+static int log_softmax_row(float *row, int64_t cols, vector_function exp, vector_function log, int64_t banned,
+                           scan *best) {
     const int64_t whole = cols - cols % 16;
     __m512 acc = _mm512_loadu_ps(row);
     int64_t d = 16;
@@ -721,13 +852,25 @@ static void log_softmax_row(float *row, int64_t cols, vector_function exp, vecto
     }
     REDUCE_ALL(add, sum);
     const __m512 vlog = _mm512_set1_ps(_mm512_cvtss_f32(log(_mm512_set1_ps(_mm512_cvtss_f32(sum)))));
+    __m512 bar = _mm512_set1_ps(scan_bar(best));
     for (d = 0; d < whole; d += 16) {
-        _mm512_storeu_ps(row + d, _mm512_sub_ps(_mm512_sub_ps(_mm512_loadu_ps(row + d), vmax), vlog));
+        __m512 out = _mm512_sub_ps(_mm512_sub_ps(_mm512_loadu_ps(row + d), vmax), vlog);
+        if (banned >= d && banned < d + 16) {
+            out = _mm512_mask_mov_ps(out, (__mmask16)(1u << (banned - d)), _mm512_set1_ps(-__builtin_inff()));
+        }
+        _mm512_storeu_ps(row + d, out);
+        const uint32_t hits = _mm512_cmp_ps_mask(out, bar, _CMP_NLT_UQ);
+        if (hits) {
+            scan_hits(best, row + d, d, hits);
+            bar = _mm512_set1_ps(scan_bar(best));
+        }
     }
     const float l = _mm512_cvtss_f32(vlog);
     for (; d < cols; d++) {
-        row[d] = (row[d] - max) - l;
+        row[d] = d == banned ? -__builtin_inff() : (row[d] - max) - l;
+        scan_hits(best, row + d, d, 1);
     }
+    return scan_end(best);
 }
 #elif defined(__AVX2__) && defined(__FMA__)
 #define LOG_SOFTMAX_LANES 8
@@ -758,7 +901,8 @@ static inline __m256 set_part(__m256 a, __m256 b, int64_t count) { /* Vec::set: 
 
 static inline __m256 add(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
 
-static void log_softmax_row(float *row, int64_t cols, vector_function exp, vector_function log) {
+static int log_softmax_row(float *row, int64_t cols, vector_function exp, vector_function log, int64_t banned,
+                           scan *best) {
     const int64_t whole = cols - cols % 8;
     __m256 acc = _mm256_loadu_ps(row);
     int64_t d = 8;
@@ -781,13 +925,27 @@ static void log_softmax_row(float *row, int64_t cols, vector_function exp, vecto
     }
     REDUCE_ALL(add, sum);
     const __m256 vlog = _mm256_set1_ps(_mm256_cvtss_f32(log(_mm256_set1_ps(_mm256_cvtss_f32(sum)))));
+    __m256 bar = _mm256_set1_ps(scan_bar(best));
     for (d = 0; d < whole; d += 8) {
-        _mm256_storeu_ps(row + d, _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(row + d), vmax), vlog));
+        __m256 out = _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(row + d), vmax), vlog);
+        if (banned >= d && banned < d + 8) {
+            out = _mm256_blendv_ps(out, _mm256_set1_ps(-__builtin_inff()),
+                                    _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_set1_epi32((int)(banned - d)),
+                                                                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))));
+        }
+        _mm256_storeu_ps(row + d, out);
+        const uint32_t hits = (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(out, bar, _CMP_NLT_UQ));
+        if (hits) {
+            scan_hits(best, row + d, d, hits);
+            bar = _mm256_set1_ps(scan_bar(best));
+        }
     }
     const float l = _mm256_cvtss_f32(vlog);
     for (; d < cols; d++) {
-        row[d] = (row[d] - max) - l;
+        row[d] = d == banned ? -__builtin_inff() : (row[d] - max) - l;
+        scan_hits(best, row + d, d, 1);
     }
+    return scan_end(best);
 }
 #endif
 
@@ -801,11 +959,8 @@ int64_t EXPORT(log_softmax_top_k_rows)(float *values, int64_t rows, int64_t cols
     int64_t count = 0;
     for (int64_t r = 0; r < rows; r++) {
         float *row = values + r * cols;
-        log_softmax_row(row, cols, (vector_function)exp, (vector_function)log);
-        if (banned[r] >= 0) {
-            row[banned[r]] = -__builtin_inff();
-        }
-        undecided_rows[r] = (uint8_t)top_k_row(row, cols, k, top + r * k, columns + r * k);
+        scan best = {top + r * k, columns + r * k, 0, k, 0};
+        undecided_rows[r] = (uint8_t)log_softmax_row(row, cols, (vector_function)exp, (vector_function)log, banned[r], &best);
         count += undecided_rows[r];
     }
     return count;

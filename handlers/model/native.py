@@ -112,6 +112,8 @@ SIGNATURES = {
     ),
     # q, keys transposed, values, mask, out, shape, strides, scale (handlers.model.attention)
     "attend": ([*[POINTER] * 7, ctypes.c_float], None),
+    # buffer, segments, stride, length, destinations, sources, pairs, scratch (self_attention_cache)
+    "move_rows": ([POINTER, *[SIZE] * 3, POINTER, POINTER, SIZE, POINTER], None),
     "prepare": ([], ctypes.c_int),  # 0 once the process may run the path (AMX asks Linux for its tiles)
 }
 
@@ -136,6 +138,7 @@ class Kernels:
     vector_math: tuple[int, int] | None = None
     beam_extend: Callable[..., Any] | None = None  # BeamCohort's step (handlers.model.search)
     attend: Callable[..., Any] | None = None  # every attention call (handlers.model.attention)
+    move_rows: Callable[..., Any] | None = None  # beam reorders (handlers.model.self_attention_cache)
 
     @property
     def name(self) -> str:
@@ -272,6 +275,7 @@ def load(choice: str = "auto", library_path: Path = LIBRARY) -> Kernels | None:
         math,
         functions["beam_extend"],
         functions["attend"],
+        functions["move_rows"],
     )
 
 

@@ -3,7 +3,8 @@
 Appending a position with cat() copied the whole cache on every step, and a beam search's reorder
 copied it again. Here a position is written into spare capacity (doubled when full), attention
 reads the filled part as a view, a beam search's reorder copies in place only the rows whose beam
-came from another row, and dropping ended sentences copies the rows kept once, into a new buffer
+came from another row (kernels.c's move_rows: their filled positions, once where it can), and
+dropping ended sentences copies the rows kept once, into a new buffer
 (the old one is freed: no second buffer is held). Attention over the view gives the
 same values, bit for bit, as over a contiguous copy (the kernel reads by strides; the sums are over
 the same positions in the same order), which the decoder's exactness tests against generate() check.
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
+from handlers.model import native
 from handlers.model.attention import KEY_PAD
 
 INITIAL_POSITIONS = KEY_PAD
@@ -60,9 +62,19 @@ class LayerCache:
         self._live = keys.index_select(0, rows), values.index_select(0, rows)
 
     def move(self, destinations: torch.Tensor, sources: torch.Tensor) -> None:
-        """Row destinations[i] becomes a copy of row sources[i], in place; the other rows stay."""
-        for whole in self._live:
-            whole.index_copy_(0, destinations, whole.index_select(0, sources))  # read all, then write
+        """Row destinations[i] becomes a copy of row sources[i] (filled positions), in place; the other
+        rows stay."""
+        kernels = native.current()
+        if kernels is None or kernels.move_rows is None:
+            for whole in self._live:
+                whole.index_copy_(0, destinations, whole.index_select(0, sources))  # read all, then write
+            return
+        keys, values = self._live
+        heads, dim, count = int(keys.shape[1]), int(keys.shape[2]), int(destinations.numel())
+        scratch = keys.new_empty(count * heads * dim * self.length)
+        pairs = destinations.data_ptr(), sources.data_ptr(), count, scratch.data_ptr()
+        kernels.move_rows(keys.data_ptr(), heads * dim, self.capacity, self.length, *pairs)  # a run per dim
+        kernels.move_rows(values.data_ptr(), heads, self.capacity * dim, self.length * dim, *pairs)
 
 
 def reorder(caches: Sequence[LayerCache], rows: torch.Tensor) -> None:
@@ -81,7 +93,7 @@ def reorder(caches: Sequence[LayerCache], rows: torch.Tensor) -> None:
         return
     destinations = (rows != torch.arange(count)).nonzero().flatten()
     if destinations.numel():
-        sources = rows[destinations]
+        sources = rows[destinations].to(torch.int64).contiguous()
         for cache in caches:
             cache.move(destinations, sources)
 

@@ -9,8 +9,8 @@ order of equal values decide (a forced eos leaves every other column at -inf) is
 
 log_softmax_top_k is a beam step's log_softmax and top-k together: kernels.c's log_softmax_top_k_rows
 gives torch's log-probabilities bit for bit (same vector width, order and Sleef functions as torch's
-kernel on this CPU) and scans each row while it is still in cache, where torch's log_softmax wrote
-64 x 32,000 floats and the scan read them back.
+kernel on this CPU) and scans them for the top-k in the pass that writes them, where torch's
+log_softmax wrote 64 x 32,000 floats and the scan read them back.
 
 arg_max is the same scan with k = 1. torch.argmax over 16 rows of 32,000 logits took 1.2 ms a
 greedy step, 4% of a batch of 16's decode (bench/results/after-matmuls-2026-11-28); a row with a

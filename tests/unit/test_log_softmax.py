@@ -99,4 +99,62 @@ def test_the_8_float_width_is_torchs_where_torch_is_told_to_run_avx2() -> None:
     assert done.returncode == 0, done.stdout[-3000:]
     # torch ran AVX2 there (the generic path says so as it skips), and the avx2 path's cases passed.
     assert "generic runs no floats a vector, torch's log_softmax 8" in done.stdout, done.stdout[-3000:]
-    assert re.search(r"\b1[2-9] passed", done.stdout), done.stdout[-3000:]
+    assert re.search(r"\b([2-9]\d|1[2-9]) passed", done.stdout), done.stdout[-3000:]
+
+
+def tied_logits(width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits whose log-probabilities tie where top_k_row looks (log-softmax shifts a row, so equal
+    logits are equal log-probabilities), and each row's banned column (-1: none)."""
+    x = torch.randn(9, width, generator=torch.Generator().manual_seed(width)) * 4
+    x[1, 10] = x[1, width - 1] = x[1].max() + 1  # two equal best values, one in the tail
+    kth = torch.topk(x[2], 8).values[-1]
+    x[2, int((x[2] < kth).nonzero()[-1, 0])] = kth  # one equal to the 8th best, late in the row
+    x[3, width // 3] = torch.nan
+    x[4, :8] = 50.0  # the first vector's lanes tie while the list fills
+    x[5] = 1.5  # constant
+    x[6, 3], x[6, 4] = 0.0, -0.0  # equal as floats, different bits
+    x[6, 3:5] += x[6].max() + 1
+    x[7, 0] = x[7].max() + 2  # the best at column 0, then banned
+    banned = torch.tensor([-1, -1, -1, -1, 7, -1, -1, 0, width - 1])
+    return x, banned
+
+
+@pytest.mark.parametrize("width", [16, 23, 37, 500, 32000])
+def test_the_scan_in_the_log_softmax_pass_leaves_the_rows_top_k_rows_leaves(
+    kernels: native.Kernels, width: int
+) -> None:
+    """The top-k scanned while the log-probabilities are written decides, and leaves to torch.topk,
+    exactly the rows the separate scan (top_k_rows) does on the same log-probabilities, with its answers."""
+    logits, banned = tied_logits(width)
+    k = 8
+    expected = torch.log_softmax(logits, dim=-1)
+    hit = (banned >= 0).nonzero().flatten()
+    expected[hit, banned[hit]] = -torch.inf
+    rows = logits.shape[0]
+    want_top, want_columns = expected.new_empty((rows, k)), torch.empty((rows, k), dtype=torch.long)
+    want_left = torch.zeros(rows, dtype=torch.uint8)
+    kernels.top_k_rows(
+        expected.data_ptr(),
+        rows,
+        width,
+        k,
+        want_top.data_ptr(),
+        want_columns.data_ptr(),
+        want_left.data_ptr(),
+    )
+    assert kernels.log_softmax_top_k_rows is not None and kernels.vector_math
+    values = logits.clone()
+    top, columns = values.new_empty((rows, k)), torch.empty((rows, k), dtype=torch.long)
+    left = torch.zeros(rows, dtype=torch.uint8)
+    pointers = (values.data_ptr(), rows, width, k, banned.data_ptr(), *kernels.vector_math)
+    assert kernels.log_softmax_top_k_rows(
+        *pointers, top.data_ptr(), columns.data_ptr(), left.data_ptr()
+    ) == int(left.sum())
+    assert same_bits(values, expected)
+    assert torch.equal(left, want_left)
+    assert {1, 2, 3, 5} <= set(left.nonzero().flatten().tolist())  # the ties, the NaN and the constant row
+    decided = left == 0
+    assert same_bits(top[decided], want_top[decided]) and torch.equal(columns[decided], want_columns[decided])
+    answer = log_softmax_top_k(logits.clone(), k, banned)
+    reference = torch.topk(expected, k, dim=-1)
+    assert torch.equal(answer[2], reference.indices)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from handlers.model import native
-from handlers.model.native_rows import NativeRowOps, TorchRowOps
+from handlers.model.native_rows import TINY_SPAN, NativeRowOps, TorchRowOps
 from handlers.model.row_int8 import RowInt8Linear, fuse
 from tests.kernel_paths import kernel_paths
 
@@ -69,6 +69,46 @@ def test_a_nan_row_stays_nan_and_leaves_the_others_alone(kernels: NativeRowOps) 
     (unit, low, span), (expected, _, _) = kernels.map_rows(x), TorchRowOps().map_rows(x)
     assert bool(unit[1].isnan().all()) and bool(low[1].isnan()) and bool(span[1].isnan())
     assert same_bits(unit[0::2], expected[0::2])
+
+
+def lane_order_range(row: list[float]) -> tuple[float, float]:
+    """kernels.c's row_range_one_chain in Python (row without NaN): eight lanes, lane j meeting columns
+    j, j + 8, ... and keeping the first of equal values, the lanes then taken in order, then the tail.
+    Only a zero's sign depends on this order (+0.0 and -0.0 compare equal)."""
+    whole = len(row) - len(row) % 8
+    low, high = [row[0]] * 8, [row[0]] * 8
+    for column in range(whole):
+        lane, value = column % 8, row[column]
+        low[lane] = value if value < low[lane] else low[lane]
+        high[lane] = value if value > high[lane] else high[lane]
+    least, most = low[0], high[0]
+    for value in low[1:] if whole else []:
+        least = value if value < least else least
+    for value in high[1:] if whole else []:
+        most = value if value > most else most
+    for value in row[whole:]:
+        least = value if value < least else least
+        most = value if value > most else most
+    return least, most
+
+
+@pytest.mark.parametrize("cols", [5, 8, 31, 32, 33, 64, 100, 512, 2048])
+def test_a_row_whose_least_or_greatest_is_a_zero_keeps_the_lane_orders_sign(
+    kernels: NativeRowOps, cols: int
+) -> None:
+    """row_range runs four chains of compares and gives the one chain's bits; where they could differ
+    (an extreme that is a zero, of either sign) it takes the row again in the one chain's order."""
+    generator = torch.Generator().manual_seed(cols)
+    x = torch.rand(24, cols, generator=generator) + 0.1
+    for row in x:
+        places = torch.randperm(cols, generator=generator)[:4]
+        row[places[:2]], row[places[2:]] = 0.0, -0.0
+    x[12:] = -x[12:]  # the greatest a zero
+    _, low, span = kernels.map_rows(x)
+    for r, row in enumerate(x.tolist()):
+        least, most = lane_order_range(row)
+        expected_span = max(float(torch.tensor(most) - torch.tensor(least)), TINY_SPAN)
+        assert same_bits(low[r], torch.tensor([least])) and same_bits(span[r], torch.tensor([expected_span]))
 
 
 def test_int8_layers_give_the_same_outputs_on_either_ops(kernels: NativeRowOps) -> None:

@@ -1,11 +1,25 @@
 """A beam search's in-place reorder leaves every layer's cache as copying the rows kept would; keys are
-held transposed (rows, heads, head dim, positions), values as they come."""
+held transposed (rows, heads, head dim, positions), values as they come. Each test runs on every
+kernel path this CPU has (kernels.c's move_rows) and on torch's operators (no library)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pytest
 import torch
 
+from handlers.model import native
 from handlers.model.self_attention_cache import LayerCache, reorder
+from tests.kernel_paths import kernel_paths
+
+
+@pytest.fixture(autouse=True, params=[pytest.param("torch", id="torch"), *kernel_paths()])
+def kernels(request: pytest.FixtureRequest) -> Iterator[native.Kernels | None]:
+    """The process's kernels for the test (reorder asks native.current())."""
+    yield native.use(request.param)
+    native.use("auto")
+
 
 ROWS, HEADS, DIM = 8, 2, 4
 
@@ -31,7 +45,14 @@ def filled(cache: LayerCache) -> tuple[torch.Tensor, torch.Tensor]:
 
 def test_a_reorder_in_place_equals_a_copy_of_the_rows_kept() -> None:
     # Beams continue their own row, or another's (row 1 from 0, 4 and 5 both from 6), as a step does.
-    for rows in ([0, 0, 2, 3, 6, 6, 6, 7], [7, 6, 5, 4, 3, 2, 1, 0], list(range(ROWS))):
+    # And rows that are sources and destinations at once: a reversal, a cycle, a swap among copies.
+    for rows in (
+        [0, 0, 2, 3, 6, 6, 6, 7],
+        [7, 6, 5, 4, 3, 2, 1, 0],
+        [1, 2, 3, 4, 5, 6, 7, 0],
+        [1, 0, 0, 3, 3, 5, 4, 4],
+        list(range(ROWS)),
+    ):
         index = torch.tensor(rows)
         caches, copies = [grown(seed, 19) for seed in (1, 2)], [grown(seed, 19) for seed in (1, 2)]
         expected = []
