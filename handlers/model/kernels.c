@@ -40,8 +40,8 @@ static inline floats8 pick(ints8 mask, floats8 yes, floats8 no) {
 }
 
 /* row_range's reference: one accumulator of eight lanes, each lane keeping the first of equal
-   values it meets, the lanes then taken in order. It is a chain of dependent compares (a vector each
-   5 cycles); row_range below runs four chains and gives these bits. */
+   values it meets, the lanes then taken in order: one chain of dependent compares. row_range below
+   runs four chains and gives these bits. */
 static void row_range_one_chain(const float *row, int64_t cols, float *low, float *span) {
     floats8 lo, hi;
     ints8 nan = {0};
@@ -283,7 +283,9 @@ static void scan_hits(scan *s, const float *values, int64_t first, uint32_t hits
 }
 
 /* 1 where the row is undecided: a NaN, a tie, or a k-th best of -inf (a forced eos). */
-static int scan_end(const scan *s) { return s->undecided || s->filled < s->k || s->top[s->k - 1] == -__builtin_inff(); }
+static int scan_end(const scan *s) {
+    return s->undecided || s->filled < s->k || s->top[s->k - 1] == -__builtin_inff();
+}
 
 /* ---- move_rows: a beam search's reorder of one self-attention cache buffer, in place ----
 

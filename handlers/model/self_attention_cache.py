@@ -4,10 +4,10 @@ Appending a position with cat() copied the whole cache on every step, and a beam
 copied it again. Here a position is written into spare capacity (doubled when full), attention
 reads the filled part as a view, a beam search's reorder copies in place only the rows whose beam
 came from another row (kernels.c's move_rows: their filled positions, once where it can), and
-dropping ended sentences copies the rows kept once, into a new buffer
-(the old one is freed: no second buffer is held). Attention over the view gives the
-same values, bit for bit, as over a contiguous copy (the kernel reads by strides; the sums are over
-the same positions in the same order), which the decoder's exactness tests against generate() check.
+dropping ended sentences copies the rows kept once, into a new buffer (the old one is freed: no
+second buffer is held). Attention over the view gives the same values, bit for bit, as over a
+contiguous copy (the kernel reads by strides; the sums are over the same positions in the same
+order), which the decoder's exactness tests against generate() check.
 """
 
 from __future__ import annotations
@@ -70,6 +70,7 @@ class LayerCache:
                 whole.index_copy_(0, destinations, whole.index_select(0, sources))  # read all, then write
             return
         keys, values = self._live
+        destinations, sources = (x.to(torch.int64).contiguous() for x in (destinations, sources))
         heads, dim, count = int(keys.shape[1]), int(keys.shape[2]), int(destinations.numel())
         scratch = keys.new_empty(count * heads * dim * self.length)
         pairs = destinations.data_ptr(), sources.data_ptr(), count, scratch.data_ptr()
@@ -93,7 +94,7 @@ def reorder(caches: Sequence[LayerCache], rows: torch.Tensor) -> None:
         return
     destinations = (rows != torch.arange(count)).nonzero().flatten()
     if destinations.numel():
-        sources = rows[destinations].to(torch.int64).contiguous()
+        sources = rows[destinations]
         for cache in caches:
             cache.move(destinations, sources)
 
