@@ -39,6 +39,29 @@ static inline floats8 pick(ints8 mask, floats8 yes, floats8 no) {
     return (floats8)(((ints8)yes & mask) | ((ints8)no & ~mask));
 }
 
+/* The columns c..cols-1 a vector did not take, into the least, the greatest and the NaN flag. */
+static void range_tail(const float *row, int64_t c, int64_t cols, float *l, float *h, int *any_nan) {
+    for (; c < cols; c++) {
+        float v = row[c];
+        *any_nan |= v != v;
+        *l = v < *l ? v : *l;
+        *h = v > *h ? v : *h;
+    }
+}
+
+/* low = the least and span = max(greatest - least, FLT_MIN); both NaN where the row held a NaN. */
+static void store_range(float l, float h, int any_nan, float *low, float *span) {
+    if (any_nan) {
+        l = h = __builtin_nanf("");
+    }
+    float s = h - l;
+    if (!(s != s) && s < FLT_MIN) {
+        s = FLT_MIN;
+    }
+    *low = l;
+    *span = s;
+}
+
 /* row_range's reference: one accumulator of eight lanes, each lane keeping the first of equal
    values it meets, the lanes then taken in order: one chain of dependent compares. row_range below
    runs four chains and gives these bits. */
@@ -63,21 +86,8 @@ static void row_range_one_chain(const float *row, int64_t cols, float *low, floa
         h = hi[j] > h ? hi[j] : h;
         any_nan |= nan[j];
     }
-    for (; c < cols; c++) {
-        float v = row[c];
-        any_nan |= v != v;
-        l = v < l ? v : l;
-        h = v > h ? v : h;
-    }
-    if (any_nan) {
-        l = h = __builtin_nanf("");
-    }
-    float s = h - l;
-    if (!(s != s) && s < FLT_MIN) {
-        s = FLT_MIN;
-    }
-    *low = l;
-    *span = s;
+    range_tail(row, c, cols, &l, &h, &any_nan);
+    store_range(l, h, any_nan, low, span);
 }
 
 /* One row's low = min and span = max(max - min, FLT_MIN); a NaN anywhere makes both NaN, as amin/amax do.
@@ -114,25 +124,12 @@ static void row_range(const float *row, int64_t cols, float *low, float *span) {
             any_nan |= nan[j];
         }
     }
-    for (; c < cols; c++) {
-        float v = row[c];
-        any_nan |= v != v;
-        l = v < l ? v : l;
-        h = v > h ? v : h;
-    }
+    range_tail(row, c, cols, &l, &h, &any_nan);
     if (!any_nan && (l == 0.0f || h == 0.0f)) {
         row_range_one_chain(row, cols, low, span);
         return;
     }
-    if (any_nan) {
-        l = h = __builtin_nanf("");
-    }
-    float s = h - l;
-    if (!(s != s) && s < FLT_MIN) {
-        s = FLT_MIN;
-    }
-    *low = l;
-    *span = s;
+    store_range(l, h, any_nan, low, span);
 }
 
 /* Row r of x (rows x cols, contiguous): low[r] and span[r] (row_range), unit = (x - low) / span. */
