@@ -117,11 +117,13 @@ static void row_range(const float *row, int64_t cols, float *low, float *span) {
     }
     float l = lo[0][0], h = hi[0][0];
     int any_nan = 0;
+    for (int j = 0; j < 8; j++) {
+        any_nan |= nan[j];
+    }
     for (int a = 0; a < 4; a++) {
         for (int j = 0; j < 8; j++) {
             l = lo[a][j] < l ? lo[a][j] : l;
             h = hi[a][j] > h ? hi[a][j] : h;
-            any_nan |= nan[j];
         }
     }
     range_tail(row, c, cols, &l, &h, &any_nan);
