@@ -68,7 +68,7 @@ def test_hot_path_sets_ours_beside_ctranslate2(tiny_model_dir: Path, tmp_path: P
     from bench import hot_path
 
     args = ["--model", str(tiny_model_dir), "--sentences", "2", "--repeats", "1", "--kernels", "auto,generic"]
-    assert hot_path.main([*args, "--results-dir", str(tmp_path)]) == 0
+    assert hot_path.main([*args, "--ghz", "3.0", "--results-dir", str(tmp_path)]) == 0
     result = json.loads((tmp_path / "hot-path.json").read_text())
     shapes = [(row["shape"], row["beams"]) for row in result["rows"]]
     assert shapes == [("batch of 16", 1), ("batch of 16", 4), ("one sentence", 1), ("one sentence", 4)]
@@ -77,6 +77,11 @@ def test_hot_path_sets_ours_beside_ctranslate2(tiny_model_dir: Path, tmp_path: P
     assert result["signature"]["command"].startswith("python -m bench.hot_path --model")
     assert "| ours / CT2 + map | ours:generic / CT2 + map |" in hot_path.table(result)
     assert (tmp_path / "hot-path.md").read_text() == hot_path.table(result) + "\n"
+    # --ghz: batches of 16 (not one sentence) set against the roof, for each of ours, not CT2.
+    assert [("roof" in row) for row in result["rows"]] == [True, True, False, False]
+    assert set(result["rows"][0]["roof"]) == {"ours", "ours:generic"}
+    assert result["rows"][0]["roof"]["ours:generic"]["path"] == "generic"
+    assert "| ours:generic | 1 | generic |" in hot_path.table(result)
 
 
 def _int8_linear_holds_the_matmuls() -> bool:
