@@ -19,6 +19,16 @@ from typing import Any, TypedDict
 
 from archive.tatoeba import REPO_ROOT
 
+# Variables that choose which instructions a library runs (torch's ATen, CTranslate2, oneDNN, MKL) or
+# how many threads: a run with any of them set measured another machine than the CPU's own.
+INSTRUCTION_SET_VARIABLES = (
+    "ATEN_CPU_CAPABILITY",
+    "CT2_FORCE_CPU_ISA",
+    "ONEDNN_MAX_CPU_ISA",
+    "DNNL_MAX_CPU_ISA",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "OMP_NUM_THREADS",
+)
 # Results are what the benches write, not the code that wrote them: the first result of a run must
 # not make every later one "-dirty".
 RESULTS_PATHSPECS = (":(exclude)bench/results", ":(exclude)bench/studies/results")
@@ -86,7 +96,8 @@ def package_version(name: str) -> str:
 
 
 def machine() -> dict[str, Any]:
-    """CPU model, cores and versions: every result names the machine it came from."""
+    """CPU model, cores and versions: every result names the machine it came from, and the variables
+    of INSTRUCTION_SET_VARIABLES that were set (an AVX-512 CPU told to run AVX2, say)."""
     import torch
 
     cpu = platform.processor() or "unknown"
@@ -103,6 +114,7 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "system": f"{platform.system()} {platform.release()}",
+        "environment": {name: os.environ[name] for name in INSTRUCTION_SET_VARIABLES if name in os.environ},
     }
 
 

@@ -19,7 +19,15 @@ from bench import cli as bench_cli
 from bench import report
 from bench.cli import BenchCli, Progress
 from bench.common import DEFAULT_MODEL, RESULTS_DIR, RUNS_DIR, writable, write_result
-from bench.signature import Signature, UnsignedResult, command_of, git_commit, invoked_command, signature
+from bench.signature import (
+    INSTRUCTION_SET_VARIABLES,
+    Signature,
+    UnsignedResult,
+    command_of,
+    git_commit,
+    invoked_command,
+    signature,
+)
 
 # Every `python -m bench.<name>` and the shared flags it has: --model's default (None: no --model),
 # --strict, --results-dir. These are the flags the Makefile, docs and tests call them with.
@@ -98,6 +106,16 @@ def test_the_signature_has_every_field_typed() -> None:
     assert date.utcoffset() == dt.timedelta(0) and abs(dt.datetime.now(dt.UTC) - date).total_seconds() < 60
     assert stamp["torch"] == importlib.metadata.version("torch")
     assert stamp["torchserve"] == importlib.metadata.version("torchserve")
+
+
+def test_the_signature_names_the_instruction_sets_a_run_was_held_to(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in INSTRUCTION_SET_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert signature("python -m bench.demo")["machine"]["environment"] == {}
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    monkeypatch.setenv("CT2_FORCE_CPU_ISA", "AVX2")
+    environment = signature("python -m bench.demo")["machine"]["environment"]
+    assert environment == {"ATEN_CPU_CAPABILITY": "avx2", "CT2_FORCE_CPU_ISA": "AVX2"}
 
 
 def test_commit_is_unknown_without_git_or_a_repository(
