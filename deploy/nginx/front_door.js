@@ -221,7 +221,7 @@ const MAX_BOUNDARY = 70;
 // Linear time throughout, whatever the input: no pattern here can backtrack over the body (each
 // is a literal, or one class between anchors), every search moves forward from where the last
 // one ended, and the multipart bounds above hold before a part is read. tests/e2e/
-// test_front_door_abuse.py sends the inputs that would break each of these.
+// test_front_door_parsers.py sends the inputs that would break each of these.
 function libretranslate(r) {
     // "translate", "detect" or "translate_file": the location matches nothing else
     const route = r.uri.slice(1);

@@ -1,11 +1,11 @@
 """Fixtures for the front door's tests: one real replica for the session, stub replicas that
 misbehave on purpose, and front doors.
 
-Imported by tests/e2e/test_fleet.py, test_libretranslate.py and test_front_door_abuse.py (pytest
-finds conftest.py only; this name keeps it beside it). They name it in `pytest_plugins`, so that
-`shared_fleet` is one session fixture: one TorchServe replica for all of them, each module with its
-own front door. A stub stands in for a replica where the point is nginx's behaviour (refused,
-hanging, 500, 503), so those tests take milliseconds.
+Imported by tests/e2e/test_fleet.py, test_libretranslate.py, test_front_door_retries.py,
+test_front_door_parsers.py and test_front_door_limits.py (pytest finds conftest.py only; this name
+keeps it beside it). The session's one real replica is tests/e2e/shared_fleet.py's, a stub replica
+per module tests/e2e/stub_replica.py's. A stub stands in for a replica where
+the point is nginx's behaviour (refused, hanging, 500, 503), so those tests take milliseconds.
 """
 
 from __future__ import annotations
@@ -162,3 +162,16 @@ def assert_error(response: requests.Response, code: int, kind: str) -> None:
     assert response.status_code == code, (response.status_code, response.text[:300])
     assert response.headers["content-type"].startswith("application/json")
     assert response.json()["code"] == code and response.json()["type"] == kind, response.text
+
+
+@dataclass
+class Timed:
+    status: int
+    body: str
+    seconds: float
+
+
+def timed_post(url: str, **kwargs: Any) -> Timed:
+    began = time.monotonic()
+    response = requests.post(url, timeout=30, **kwargs)
+    return Timed(response.status_code, response.text, time.monotonic() - began)

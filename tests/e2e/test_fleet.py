@@ -1,9 +1,9 @@
 """The front door (nginx) of the replica set: auth, routes, JSON errors, rate limit, health, keys.
 
-The session's one real fleet of one tiny replica (conftest_fleet.shared_fleet: this module uses its
-front door). The
-zero-failure operations under load are in tests/soak/test_fleet_operations.py; slow and abusive
-clients in test_front_door_abuse.py; replicas that misbehave (stubs) in test_front_door_retries.py.
+The session's one real fleet of one tiny replica (shared_fleet.py: this module uses its front
+door). The zero-failure operations under load are in tests/soak/test_fleet_operations.py; slow and
+abusive clients in test_front_door_limits.py, adversarial inputs in test_front_door_parsers.py;
+replicas that misbehave (stubs) in test_front_door_retries.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The front door's nginx config as rendered from deploy/nginx/ (serving/nginx_conf.py): every
 placeholder filled from FrontDoorConfig, accepted by `nginx -t`, and the workers' directory where
 they can reach it. The config's behaviour is tested against real nginx in tests/e2e/test_fleet.py,
-test_libretranslate.py and test_front_door_abuse.py."""
+test_libretranslate.py, test_front_door_parsers.py and test_front_door_limits.py."""
 
 from __future__ import annotations
 
