@@ -1,11 +1,11 @@
-"""Fixtures for the front door's tests: one real replica for the session, stub replicas that
-misbehave on purpose, and front doors.
+"""Helpers for the front door's tests: the fleet's rate limits, stub replicas that misbehave on
+purpose, front doors, and a timed POST.
 
 Imported by tests/e2e/test_fleet.py, test_libretranslate.py, test_front_door_retries.py,
 test_front_door_parsers.py and test_front_door_limits.py (pytest finds conftest.py only; this name
 keeps it beside it). The session's one real replica is tests/e2e/shared_fleet.py's, a stub replica
-per module tests/e2e/stub_replica.py's. A stub stands in for a replica where
-the point is nginx's behaviour (refused, hanging, 500, 503), so those tests take milliseconds.
+per module tests/e2e/stub_replica.py's. A stub stands in for a replica where the point is nginx's
+behaviour (refused, hanging, 500, 503), so those tests take milliseconds.
 """
 
 from __future__ import annotations
@@ -166,6 +166,8 @@ def assert_error(response: requests.Response, code: int, kind: str) -> None:
 
 @dataclass
 class Timed:
+    """A POST's status, body and wall time."""
+
     status: int
     body: str
     seconds: float
