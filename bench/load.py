@@ -31,10 +31,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+import psutil
 import requests
 
 from bench.cli import BenchCli, Progress
 from bench.common import distinct_sentences, load_model_dir, run_folder, writable, write_result
+from bench.cpu_account import Roles, Snapshot, account
 from bench.process_memory import host_memory_mb
 from handlers.model.heap_trim import IDLE_TRIM_SECONDS
 from serving.client import read_key
@@ -84,12 +86,15 @@ def run_load(
     model_dir: Path | None = None,
     command: str | None = None,
     serving_pids: Callable[[], Sequence[int]] | None = None,
+    cpu_roles: Roles | None = None,
 ) -> dict[str, Any]:
     """Run Locust headless against `spec.host`; return (and write) the summary.
 
     `command` signs the result: the bench command that ran this load (default: this process's).
     `serving_pids`: the server's processes, whose memory (with their children) is read the moment
     the load ends, while everything the load grew is still held.
+    `cpu_roles`: the server's processes by kind, whose CPU time over the run is accounted per request
+    beside Locust's and the host's (bench.cpu_account).
     """
     if urlparse(spec.host).hostname not in LOOPBACK:
         raise SystemExit(f"bench.load only targets this machine (127.0.0.1/localhost), not {spec.host}")
@@ -119,7 +124,9 @@ def run_load(
             f"locust: {spec.users} users, {spec.duration}, num_beams={spec.num_beams or 'model default'}, "
             f"{identity['version']} ({lengths})"
         )
+        before = Snapshot.take(cpu_roles() if cpu_roles else {})
         subprocess.run(_locust_command(spec, prefix), env=env, check=False, stdout=subprocess.DEVNULL)
+        after = Snapshot.take(cpu_roles() if cpu_roles else {})
     memory: dict[str, Any] = {}
     if serving_pids is not None:
         memory["host_memory"] = host_memory_mb(serving_pids())
@@ -140,6 +147,7 @@ def run_load(
         "num_beams": spec.num_beams,
         **identity,
         **memory,
+        "cpu": account(before, after, aggregated["requests"], psutil.cpu_count() or 1),
         "csv": [
             str(path.relative_to(results_dir)) for path in sorted(results_dir.glob(f"{spec.label}_*.csv"))
         ],

@@ -187,6 +187,7 @@ def batch_section(batch: dict[str, Any], loads: list[dict[str, Any]]) -> list[st
                 f"({best / bracket[0]:.2f}x and {best / bracket[1]:.2f}x against each)"
             )
         lines += ["", line, ""]
+    lines += cpu_per_sentence(runs.get("local_per_core"), before + after)
     ray_cost = runs["ray_one_actor"]["sentences_per_s"] / runs["in_process"]["sentences_per_s"]
     line = f"Ray with one actor / in process (the same layout): **{ray_cost:.2f}x**"
     steady = batch.get("ratios", {}).get("ray_one_actor_vs_in_process_after_start_up")
@@ -194,6 +195,39 @@ def batch_section(batch: dict[str, Any], loads: list[dict[str, Any]]) -> list[st
         line += f"; each engine's start-up taken off: **{steady:.2f}x**"
     lines.append(line)
     return lines
+
+
+def cpu_per_sentence(job: dict[str, Any] | None, served: list[dict[str, Any]]) -> list[str]:
+    """The job's CPU per sentence beside the server's per request, by kind of process
+    (bench.cpu_account): the host's whole time per request over the job's per sentence is what the
+    job can reach against the server when both keep the host busy."""
+    accounted = [load for load in served if load.get("cpu", {}).get("host_ms_per_request")]
+    if not job or not accounted:
+        return []
+    job_ms = 1000 * job["cpu_seconds_here_and_children"] / job["sentences"]
+    lines = [
+        "| CPU ms per sentence | the job | "
+        + " | ".join(f"the server ({load['label']})" for load in accounted)
+        + " |",
+        "|---|---:|" + "---:|" * len(accounted),
+    ]
+    roles = list(dict.fromkeys(role for load in accounted for role in load["cpu"]["ms_per_request"]))
+    for role in roles:
+        cells = " | ".join(str(load["cpu"]["ms_per_request"].get(role, "-")) for load in accounted)
+        lines.append(f"| {role} | | {cells} |")
+    hosts = [load["cpu"]["host_ms_per_request"] for load in accounted]
+    lines.append(f"| whole host | {job_ms:.2f} | " + " | ".join(str(host) for host in hosts) + " |")
+    busy = ", ".join(f"{load['cpu']['host_busy_share']:.0%}" for load in accounted)
+    ceiling = " and ".join(f"{host / job_ms:.2f}x" for host in hosts)
+    return [
+        "",
+        *lines,
+        "",
+        f"The job at {job_ms:.2f} ms of CPU a sentence, the server at {', '.join(map(str, hosts))} ms of the "
+        f"host a request (host busy {busy}): with both keeping the host busy, the job can be {ceiling} "
+        "the server.",
+        "",
+    ]
 
 
 def decode_name(beams: int | None) -> str:

@@ -33,6 +33,7 @@ from archive.build import MODEL_NAME
 from bench import batch_throughput, bleu, image_peer, latency, libretranslate_peer, mixed, report
 from bench.cli import BenchCli, Progress
 from bench.common import CACHE_OFF, DEFAULT_MODEL, SCHEDULERS, archive_with
+from bench.cpu_account import torchserve_roles
 from bench.load import LoadSpec, load_label, run_load
 from serving.torchserve import TorchServe
 
@@ -195,7 +196,14 @@ def run_loads(
                         key_file=server.key_file,
                         label=load_label(name, beams, users, label_suffix),
                     )
-                    run_load(spec, results, model_dir, command, serving_pids=server.worker_pids)
+                    run_load(
+                        spec,
+                        results,
+                        model_dir,
+                        command,
+                        serving_pids=server.worker_pids,
+                        cpu_roles=lambda: torchserve_roles(server),
+                    )
     for name in PEERS:
         for server_name, _, users in loads:
             if server_name == name:
