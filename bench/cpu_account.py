@@ -1,19 +1,22 @@
 """Where a load run's CPU time goes, by kind of process, per request.
 
 Issue 44 asks why the batch job, which pays for no HTTP, no Java frontend and no load generator,
-is not 1.5x the server's sentences/s. Over one Locust run this reads the CPU seconds of each kind of
+is not 1.5x the server's sentences/s. Over the steady middle of one Locust run (`Window`: not its
+start, not the requests left in flight at its end) this reads the CPU seconds of each kind of
 serving process (for TorchServe: the Java frontend, the Python workers that run the handler, and
-their partition processes, which decode), of the load generator (Locust: the children this process
-waited for in the meantime) and of the whole host (/proc/stat), and divides each by the requests
-answered. Beside the job's CPU seconds per sentence, it says what the job could gain at most: the
-server's whole host per request against the job's per sentence.
+their partition processes, which decode), of Locust and of the whole host (/proc/stat), and the
+requests Locust had answered at each end (bench/locustfile.py writes its count when signalled).
+Each kind's CPU a second over the requests answered a second is its ms per request. Beside the
+job's CPU per sentence, the host's per request says what ratio the job can reach at most.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import resource
+import re
+import signal
+import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +26,8 @@ from typing import Any
 import psutil
 
 Roles = Callable[[], Mapping[str, Sequence[int]]]
+# The locustfile appends "<time> <requests answered>" to this file on SIGUSR1 ("ready" first).
+MARKS_ENV = "ZH_EN_MARKS"
 LOAD_GENERATOR = "load generator (Locust)"
 REST_OF_HOST = "rest of the host"
 
@@ -46,17 +51,11 @@ def host_busy_seconds(stat: Path = Path("/proc/stat")) -> float | None:
     return busy / os.sysconf("SC_CLK_TCK")
 
 
-def children_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 @dataclass
 class Snapshot:
-    """Every named process's CPU seconds, this process's waited children's, the host's, the clock."""
+    """Every named process's CPU seconds, the host's, and the clock."""
 
     by_role: dict[str, dict[int, float]] = field(default_factory=dict)
-    children: float = 0.0
     host: float | None = None
     wall: float = 0.0
 
@@ -66,15 +65,61 @@ class Snapshot:
             role: {pid: seconds for pid in pids if (seconds := process_seconds(pid)) is not None}
             for role, pids in roles.items()
         }
-        return cls(by_role, children_seconds(), host_busy_seconds(), time.monotonic())
+        return cls(by_role, host_busy_seconds(), time.monotonic())
 
 
-def account(before: Snapshot, after: Snapshot, requests: int, cores: int) -> dict[str, Any]:
-    """CPU seconds of each role between two snapshots, and per request in ms.
+@dataclass(frozen=True)
+class Window:
+    """The part of a Locust run to account: from `skip` seconds after its start, for `length`."""
 
-    A process seen only at the end started during the run: all its time counts. One seen only at
-    the start ended during it: its last part is lost (named in `ended`). The rest of the host is
-    the host's busy time less everything named (negative only within /proc's tick rounding).
+    skip: float
+    length: float
+
+    @classmethod
+    def of(cls, duration: str) -> Window | None:
+        """Locust's --run-time ("30s", "2m", "1m30s"): from 5 s in (Locust's own start and the
+        users' spawn) to 1 s before it ends; None for runs under 15 s, too short for a middle."""
+        parts = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", duration.strip())
+        if not parts or not any(parts.groups()):
+            return None
+        hours, minutes, seconds = (int(part or 0) for part in parts.groups())
+        total = 3600 * hours + 60 * minutes + seconds
+        return cls(5.0, total - 6.0) if total >= 15 else None
+
+
+def snapshots(
+    locust: subprocess.Popen[bytes], marks: Path, roles: Roles, window: Window
+) -> tuple[Snapshot, Snapshot] | None:
+    """A snapshot at each end of `window`, each with a mark of the requests Locust has answered
+    (it writes "ready" to `marks` once it can take the signal); None if Locust never got ready."""
+    started = time.monotonic()
+    while "ready" not in (marks.read_text() if marks.exists() else ""):
+        if locust.poll() is not None or time.monotonic() - started > window.skip + 30:
+            return None
+        time.sleep(0.1)
+    taken = []
+    for wait in (window.skip - (time.monotonic() - started), window.length):
+        time.sleep(max(0.0, wait))
+        taken.append(Snapshot.take({**roles(), LOAD_GENERATOR: [locust.pid]}))
+        locust.send_signal(signal.SIGUSR1)
+    return taken[0], taken[1]
+
+
+def marked_rate(marks: Path) -> float | None:
+    """Requests a second between Locust's first two marks ("<time> <answered>" lines)."""
+    lines = [line.split() for line in marks.read_text().splitlines() if len(line.split()) == 2]
+    if len(lines) < 2:
+        return None
+    (then, before), (now, after) = ((float(at), int(count)) for at, count in lines[:2])
+    return (after - before) / (now - then) if now > then else None
+
+
+def account(before: Snapshot, after: Snapshot, rate: float, cores: int) -> dict[str, Any]:
+    """CPU seconds of each role between two snapshots, and each one's ms per request: its CPU a
+    second over the requests answered a second (`rate`). A process seen only at the end started in
+    between: all its time counts. One seen only at the start ended in between: its last part is lost
+    (counted in `ended_during_window`). The rest of the host is its busy time less everything named
+    (negative only within /proc's ticks).
     """
     seconds: dict[str, float] = {}
     ended = 0
@@ -82,19 +127,20 @@ def account(before: Snapshot, after: Snapshot, requests: int, cores: int) -> dic
         then = before.by_role.get(role, {})
         seconds[role] = sum(value - then.get(pid, 0.0) for pid, value in now.items())
         ended += len(set(then) - set(now))
-    seconds[LOAD_GENERATOR] = after.children - before.children
     wall = after.wall - before.wall
-    figures: dict[str, Any] = {"seconds": round(wall, 2), "cores": cores, "requests": requests}
+
+    def per_request(cpu_seconds: float) -> float | None:
+        return round(1000 * cpu_seconds / wall / rate, 2) if wall > 0 and rate > 0 else None
+
+    figures: dict[str, Any] = {"seconds": round(wall, 2), "cores": cores, "requests_per_s": round(rate, 2)}
     if before.host is not None and after.host is not None:
         host = after.host - before.host
         seconds[REST_OF_HOST] = host - sum(seconds.values())
-        figures["host_busy_share"] = round(host / (wall * cores), 3) if wall else None
-        figures["host_ms_per_request"] = round(1000 * host / requests, 2) if requests else None
+        figures["host_busy_share"] = round(host / (wall * cores), 3) if wall > 0 else None
+        figures["host_ms_per_request"] = per_request(host)
     figures["cpu_seconds"] = {role: round(value, 2) for role, value in seconds.items()}
-    figures["ms_per_request"] = {
-        role: round(1000 * value / requests, 2) if requests else None for role, value in seconds.items()
-    }
-    figures["ended_during_run"] = ended
+    figures["ms_per_request"] = {role: per_request(value) for role, value in seconds.items()}
+    figures["ended_during_window"] = ended
     return figures
 
 

@@ -36,7 +36,7 @@ import requests
 
 from bench.cli import BenchCli, Progress
 from bench.common import distinct_sentences, load_model_dir, run_folder, writable, write_result
-from bench.cpu_account import Roles, Snapshot, account
+from bench.cpu_account import MARKS_ENV, Roles, Window, account, marked_rate, snapshots
 from bench.process_memory import host_memory_mb
 from handlers.model.heap_trim import IDLE_TRIM_SECONDS
 from serving.client import read_key
@@ -93,8 +93,9 @@ def run_load(
     `command` signs the result: the bench command that ran this load (default: this process's).
     `serving_pids`: the server's processes, whose memory (with their children) is read the moment
     the load ends, while everything the load grew is still held.
-    `cpu_roles`: the server's processes by kind, whose CPU time over the run is accounted per request
-    beside Locust's and the host's (bench.cpu_account).
+    `cpu_roles`: the server's processes by kind, whose CPU time is accounted per request beside
+    Locust's and the host's over the run's steady middle (bench.cpu_account; runs of 15 s or more
+    without --max-requests).
     """
     if urlparse(spec.host).hostname not in LOOPBACK:
         raise SystemExit(f"bench.load only targets this machine (127.0.0.1/localhost), not {spec.host}")
@@ -124,9 +125,20 @@ def run_load(
             f"locust: {spec.users} users, {spec.duration}, num_beams={spec.num_beams or 'model default'}, "
             f"{identity['version']} ({lengths})"
         )
-        before = Snapshot.take(cpu_roles() if cpu_roles else {})
-        subprocess.run(_locust_command(spec, prefix), env=env, check=False, stdout=subprocess.DEVNULL)
-        after = Snapshot.take(cpu_roles() if cpu_roles else {})
+        marks = Path(tmp) / "marks"
+        window = None if spec.max_requests else Window.of(spec.duration)
+        locust = subprocess.Popen(
+            _locust_command(spec, prefix), env={**env, MARKS_ENV: str(marks)}, stdout=subprocess.DEVNULL
+        )
+        try:
+            ends = snapshots(locust, marks, cpu_roles or dict, window) if window else None
+            locust.wait()
+        finally:
+            if locust.poll() is None:
+                locust.kill()
+                locust.wait()
+        rate = marked_rate(marks) if ends else None
+        cpu = account(*ends, rate, psutil.cpu_count() or 1) if ends and rate else None
     memory: dict[str, Any] = {}
     if serving_pids is not None:
         memory["host_memory"] = host_memory_mb(serving_pids())
@@ -147,7 +159,7 @@ def run_load(
         "num_beams": spec.num_beams,
         **identity,
         **memory,
-        "cpu": account(before, after, aggregated["requests"], psutil.cpu_count() or 1),
+        **({"cpu": cpu} if cpu else {}),
         "csv": [
             str(path.relative_to(results_dir)) for path in sorted(results_dir.glob(f"{spec.label}_*.csv"))
         ],

@@ -9,9 +9,12 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
+import gevent
 from locust import FastHttpUser, constant, constant_pacing, events, task
 
 SENTENCES: list[dict[str, Any]] = json.loads(Path(os.environ["ZH_EN_SENTENCES"]).read_text())
@@ -24,6 +27,19 @@ MAX_REQUESTS = int(os.environ.get("ZH_EN_MAX_REQUESTS", "0"))
 # "libretranslate": LibreTranslate's POST /translate body and answer; its server forces the lengths.
 LIBRETRANSLATE = os.environ.get("ZH_EN_API") == "libretranslate"
 sent = 0
+answered = 0  # responses of any kind, for bench.cpu_account's marks
+MARKS = os.environ.get("ZH_EN_MARKS")
+
+
+def _mark() -> None:
+    """On SIGUSR1: the time and the responses so far, so bench.load knows the rate between two marks."""
+    with open(MARKS or os.devnull, "a") as marks:
+        marks.write(f"{time.time()} {answered}\n")
+
+
+if MARKS:
+    gevent.signal_handler(signal.SIGUSR1, _mark)
+    Path(MARKS).write_text("ready\n")
 
 
 def _headers() -> dict[str, str]:
@@ -41,9 +57,11 @@ def _post(
     user: Any, body: dict[str, Any], required: tuple[str, ...], name: str = PATH
 ) -> dict[str, Any] | None:
     """One request, marked failed unless it answers 200 with a JSON object holding `required`."""
+    global answered
     with user.client.post(
         PATH, json=body, headers=user.environment.zh_en_headers, name=name, catch_response=True
     ) as response:
+        answered += 1
         if response.status_code != 200:
             response.failure(f"HTTP {response.status_code}: {(response.text or '')[:120]}")
             return None

@@ -198,15 +198,15 @@ def batch_section(batch: dict[str, Any], loads: list[dict[str, Any]]) -> list[st
 
 
 def cpu_per_sentence(job: dict[str, Any] | None, served: list[dict[str, Any]]) -> list[str]:
-    """The job's CPU per sentence beside the server's per request, by kind of process
-    (bench.cpu_account): the host's whole time per request over the job's per sentence is what the
-    job can reach against the server when both keep the host busy."""
+    """The job's CPU per sentence beside the server's per request, by kind of process, over each
+    load's steady middle (bench.cpu_account). With both keeping the host busy, the host's CPU per
+    request over the job's per sentence is the ratio of their rates that the accounts predict."""
     accounted = [load for load in served if load.get("cpu", {}).get("host_ms_per_request")]
     if not job or not accounted:
         return []
     job_ms = 1000 * job["cpu_seconds_here_and_children"] / job["sentences"]
     lines = [
-        "| CPU ms per sentence | the job | "
+        "| CPU ms per sentence | the job (whole run, its model loads inside) | "
         + " | ".join(f"the server ({load['label']})" for load in accounted)
         + " |",
         "|---|---:|" + "---:|" * len(accounted),
@@ -218,14 +218,14 @@ def cpu_per_sentence(job: dict[str, Any] | None, served: list[dict[str, Any]]) -
     hosts = [load["cpu"]["host_ms_per_request"] for load in accounted]
     lines.append(f"| whole host | {job_ms:.2f} | " + " | ".join(str(host) for host in hosts) + " |")
     busy = ", ".join(f"{load['cpu']['host_busy_share']:.0%}" for load in accounted)
-    ceiling = " and ".join(f"{host / job_ms:.2f}x" for host in hosts)
+    predicted = " and ".join(f"{host / job_ms:.2f}x" for host in hosts)
     return [
         "",
         *lines,
         "",
-        f"The job at {job_ms:.2f} ms of CPU a sentence, the server at {', '.join(map(str, hosts))} ms of the "
-        f"host a request (host busy {busy}): with both keeping the host busy, the job can be {ceiling} "
-        "the server.",
+        f"The job spends {job_ms:.2f} ms of CPU a sentence, the server {', '.join(map(str, hosts))} ms "
+        f"of the host a request (host busy {busy}): with both keeping the host busy, the job's rate is "
+        f"{predicted} the server's.",
         "",
     ]
 
