@@ -34,6 +34,9 @@ def test_locust_load_against_the_server(server: TorchServe, tiny_model_dir: Path
     cpu = summary["cpu"]
     assert 0.5 < cpu["requests_per_s"] / summary["rps"] < 2  # Locust's marks and its whole run agree
     assert cpu["seconds"] == pytest.approx(10, abs=1.5)
-    decoding = "partitions" if cpu["cpu_seconds"]["partitions"] else "handler workers"
-    assert cpu["ms_per_request"][decoding] > 0 and cpu["ms_per_request"][LOAD_GENERATOR] > 0
+    # The tiny model decodes in a few ms, in a partition or in the handler worker itself (a role
+    # may then round to 0.0 ms a request): the serving processes together are charged for it.
+    roles = ("frontend (Java)", "handler workers", "partitions")
+    serving = sum(cpu["ms_per_request"][role] for role in roles)
+    assert serving > 0 and cpu["ms_per_request"][LOAD_GENERATOR] > 0, cpu
     assert cpu["cpu_seconds"]["frontend (Java)"] > 0 and cpu["ended_during_window"] == 0
