@@ -144,17 +144,32 @@ def account(before: Snapshot, after: Snapshot, rate: float, cores: int) -> dict[
     return figures
 
 
+def descendants(pids: Sequence[int]) -> list[int]:
+    """Every process under `pids` (not themselves), where they still run."""
+    found = []
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            found += [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    return found
+
+
+def tree_role(name: str, roots: Callable[[], Sequence[int]]) -> Roles:
+    """One role for a server whose processes are not told apart: its roots and everything under them."""
+
+    def roles() -> dict[str, list[int]]:
+        pids = list(roots())
+        return {name: pids + descendants(pids)}
+
+    return roles
+
+
 def torchserve_roles(server: Any) -> dict[str, list[int]]:
     """A running TorchServe's processes by kind (serving.torchserve.TorchServe): the frontend, the
     backend workers (the handler), and every process under them (step partitions, which decode)."""
     workers = list(server.worker_pids())
-    partitions = []
-    for pid in workers:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            partitions += [child.pid for child in psutil.Process(pid).children(recursive=True)]
     java = server.java_pid()
     return {
         "frontend (Java)": [java] if java is not None else [],
         "handler workers": workers,
-        "partitions": partitions,
+        "partitions": descendants(workers),
     }

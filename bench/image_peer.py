@@ -28,6 +28,7 @@ import requests
 
 from bench.cli import Progress
 from bench.common import write_result
+from bench.cpu_account import tree_role
 from bench.load import LoadSpec, load_label, run_load
 from serving.ports import free_port
 
@@ -126,7 +127,14 @@ def run_image_load(
             key_file=container.key_file,
             label=label,
         )
-        summary = run_load(spec, results, model_dir, command, serving_pids=container.pids)
+        summary = run_load(
+            spec,
+            results,
+            model_dir,
+            command,
+            serving_pids=container.pids,
+            cpu_roles=tree_role("the container", container.pids),
+        )
         paths = re.findall(r"cpu_kernels=(\w+)", container.log())
     summary = {
         **summary,

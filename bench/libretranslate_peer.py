@@ -54,6 +54,7 @@ import requests
 from bench import ctranslate2_peer, sbd_standin
 from bench.cli import BenchCli, Progress
 from bench.common import MODELS_DIR, is_standin, write_result
+from bench.cpu_account import tree_role
 from bench.load import LoadSpec, load_label, reference_lengths, run_load
 from serving.ports import free_port
 
@@ -299,7 +300,14 @@ def run_peer_load(
             label=label,
             api="libretranslate",
         )
-        summary = run_load(spec, results, model_dir, command, serving_pids=lambda: [server.process.pid])
+        summary = run_load(
+            spec,
+            results,
+            model_dir,
+            command,
+            serving_pids=lambda: [server.process.pid],
+            cpu_roles=tree_role("LibreTranslate", lambda: [server.process.pid]),
+        )
         missed = server.missed_lengths(ignore=("你好。",))  # bench.load's probe
     if missed:
         raise RuntimeError(

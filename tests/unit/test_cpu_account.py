@@ -18,6 +18,7 @@ from bench.cpu_account import (
     account,
     host_busy_seconds,
     marked_rate,
+    tree_role,
 )
 
 # Burns `seconds` of its own CPU time, then waits for stdin to close: a process of known CPU cost.
@@ -126,3 +127,26 @@ def test_the_batch_report_sets_the_jobs_cpu_per_sentence_beside_the_servers_per_
     assert "| whole host | 22.00 | 33.0 |" in text
     assert "the job's rate is 1.50x the server's" in text  # 33 ms of host a request over 22 ms a sentence
     assert report.cpu_per_sentence(job, [served[1]]) == []  # a load from before the account: nothing
+
+
+def test_a_tree_role_holds_its_roots_and_everything_under_them() -> None:
+    # A parent that starts a child and waits: the role must find the child through the parent.
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys; child = subprocess.Popen([sys.executable, '-c', 'import sys; "
+            "sys.stdin.read()'], stdin=subprocess.PIPE); print(child.pid, flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        roles = tree_role("server", lambda: [parent.pid])()
+        assert roles == {"server": [parent.pid, child]}
+    finally:
+        parent.kill()  # the child reads its stdin from the parent's pipe: it ends with it
+        parent.wait()
