@@ -6,8 +6,9 @@ start, not the requests left in flight at its end) this reads the CPU seconds of
 serving process (for TorchServe: the Java frontend, the Python workers that run the handler, and
 their partition processes, which decode), of Locust and of the whole host (/proc/stat), and the
 requests Locust had answered at each end (bench/locustfile.py writes its count when signalled).
-Each kind's CPU a second over the requests answered a second is its ms per request. Beside the
-job's CPU per sentence, the host's per request says what ratio the job can reach at most.
+Each kind's CPU a second over the requests answered a second is its ms per request. With the job
+and the server each keeping the host busy, the host's ms per request over the job's per sentence
+is the ratio of their rates (bench.report sets them side by side).
 """
 
 from __future__ import annotations
