@@ -122,8 +122,8 @@ def _save(figure: Any, path: Path, result: dict[str, Any]) -> Path:
 def load_table(loads: list[dict[str, Any]]) -> str:
     lines = [
         "| variant | decoder | decoding | users | requests | failed | req/s | p50 ms | p95 ms | p99 ms "
-        "| host memory, MB | date |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| host memory, MB | host CPU ms a request | date |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in loads:
         when = " (after the batch job)" if after_batch(r) else ""
@@ -131,9 +131,20 @@ def load_table(loads: list[dict[str, Any]]) -> str:
             f"| {r['variant']} | {r.get('decoder') or '-'}{when} "
             f"| {decode_name(r['num_beams'])} | {r['users']} "
             f"| {r['requests']} | {r['failures']} | {r['rps']} | {r['p50_ms']:.0f} | {r['p95_ms']:.0f} "
-            f"| {r['p99_ms']:.0f} | {host_memory(r)} | {r['date']} |"
+            f"| {r['p99_ms']:.0f} | {host_memory(r)} | {host_cpu(r)} | {r['date']} |"
         )
     return "\n".join(lines)
+
+
+def host_cpu(load: dict[str, Any]) -> str:
+    """The host's CPU ms a request over the load's steady middle, and the largest kind of process's
+    share of it (bench.cpu_account); "-" for loads from before the account or too short for it."""
+    cpu = load.get("cpu") or {}
+    host, kinds = cpu.get("host_ms_per_request"), cpu.get("ms_per_request") or {}
+    if not host:
+        return "-"
+    role, ms = max(kinds.items(), key=lambda item: item[1] or 0.0)
+    return f"{host} ({role} {ms})"
 
 
 def host_memory(load: dict[str, Any]) -> str:

@@ -150,3 +150,9 @@ def test_a_tree_role_holds_its_roots_and_everything_under_them() -> None:
     finally:
         parent.kill()  # the child reads its stdin from the parent's pipe: it ends with it
         parent.wait()
+
+
+def test_the_load_table_shows_the_hosts_cpu_a_request_and_its_largest_part() -> None:
+    cpu = {"host_ms_per_request": 49.39, "ms_per_request": {"partitions": 45.06, LOAD_GENERATOR: 0.59}}
+    assert report.host_cpu({"cpu": cpu}) == "49.39 (partitions 45.06)"
+    assert report.host_cpu({}) == "-"  # a load from before the account, or under 15 s
