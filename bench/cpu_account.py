@@ -26,6 +26,8 @@ from typing import Any
 
 import psutil
 
+from bench.process_memory import descendants
+
 Roles = Callable[[], Mapping[str, Sequence[int]]]
 # The locustfile appends "<time> <requests answered>" to this file on SIGUSR1 ("ready" first).
 MARKS_ENV = "ZH_EN_MARKS"
@@ -143,15 +145,6 @@ def account(before: Snapshot, after: Snapshot, rate: float, cores: int) -> dict[
     figures["ms_per_request"] = {role: per_request(value) for role, value in seconds.items()}
     figures["ended_during_window"] = ended
     return figures
-
-
-def descendants(pids: Sequence[int]) -> list[int]:
-    """Every process under `pids` (not themselves), where they still run."""
-    found = []
-    for pid in pids:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            found += [child.pid for child in psutil.Process(pid).children(recursive=True)]
-    return found
 
 
 def tree_role(name: str, roots: Callable[[], Sequence[int]]) -> Roles:

@@ -61,17 +61,24 @@ def workers_memory(pids: Sequence[int]) -> dict[str, Any]:
     return {**figures, "peak_mb": max(peaks, default=None), "workers": len(workers)}
 
 
+def descendants(pids: Sequence[int]) -> list[int]:
+    """Every process under `pids` (not themselves), where they still run."""
+    found = []
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            found += [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    return found
+
+
 def host_memory_mb(pids: Sequence[int]) -> dict[str, int]:
     """What serving processes cost the host together: `pids` and every descendant (a step worker's
     partitions), as PSS summed (each shared page split among the processes that map it, so a
     model's weights shared by fork or by a file count once) and USS (pages one process alone holds).
     """
     processes: dict[int, psutil.Process] = {}
-    for pid in pids:
+    for pid in dict.fromkeys([*pids, *descendants(pids)]):
         with contextlib.suppress(psutil.NoSuchProcess):
-            root = psutil.Process(pid)
-            for process in [root, *root.children(recursive=True)]:
-                processes[process.pid] = process
+            processes[pid] = psutil.Process(pid)
     pss = uss = 0
     for process in processes.values():
         with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
