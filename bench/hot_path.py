@@ -29,7 +29,7 @@ import torch
 from bench import ctranslate2_peer
 from bench.cli import BenchCli
 from bench.common import Sentence, is_standin, sample_sentences, writable
-from bench.latency import options_for
+from bench.ladder_rungs import options_for
 from bench.step_roof import StepClock, Work, against_roof, clocked
 from handlers.handler_config import CpuKernels, HandlerConfig
 from handlers.model import native

@@ -17,6 +17,7 @@ Rungs (1 intra-op thread each):
  10. int8, batches of 16, each sentence to its own length (what the server's fast decoder does)
  11. peer: CTranslate2 int8 with the target-side vocabulary map (use_vmap), one sentence at a time
  12. peer: CTranslate2 int8 with the map, batches of 16
+Rungs 1-4 and 6-14 are defined and measured in bench.ladder_rungs; this module runs the ladder and rung 5.
 Rungs 2-4 use the default fast decoder (handlers.model.decoding: the target-side output layer, our own loops).
 Rungs 6, 7, 11 and 12 are a benchmark to measure against, never a serving option (bench.ctranslate2_peer
 converts the model at bench time, cached under build/ct2/); they need the `bench` extra's
@@ -33,80 +34,39 @@ Writes <results-dir>/latency.json and prints a markdown table; progress goes to 
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import multiprocessing
 import os
-import resource
 import tempfile
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict
 from multiprocessing.context import BaseContext
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from bench.cli import BenchCli, Progress
 from bench.common import DEFAULT_MODEL, Sentence, archive_with, is_standin, percentiles
+from bench.ladder_rungs import (
+    BATCH,
+    GENERATE_RUNGS,
+    HTTP_RUNG,
+    LADDER,
+    MAPPED_PEER_RUNGS,
+    ONEDNN_RUNGS,
+    OWN_LENGTHS_RUNG,
+    PEER_RUNGS,
+    WARMUP,
+    Rung,
+    measure_in_process,
+    options_for,
+)
 from bench.ladder_targets import http_overhead_ms, markdown, peer_ratios, targets
-from bench.process_memory import memory_mb, ready_worker_pids, workers_memory
-from handlers.handler_config import DecoderName, HandlerConfig, Int8Kernels, Variant
-from handlers.scheduling.policy import DecodePolicy
+from bench.process_memory import ready_worker_pids, workers_memory
 
-Shape = Literal["fixed128", "dynamic", "batch", "http"]
-Engine = Literal["torch", "ctranslate2"]
-FIXED_LENGTH = 128
-BATCH = 16
-WARMUP = 2
 QUICK_SENTENCES = 16  # one full batch for rungs 4 and 7
 QUICK_NOTE = "--quick: rungs forked from one process that imported the bench, so RSS is not each rung's own."
 say = Progress("latency")
-
-
-@dataclass(frozen=True)
-class Rung:
-    number: int
-    name: str
-    variant: Variant
-    shape: Shape
-    engine: Engine = "torch"
-    decoder: DecoderName = "fast"
-    # CTranslate2 only: restrict its output to the target side (use_vmap), as our output layer is.
-    vmap: bool = False
-    # On the stand-in a batch is forced to its longest reference (equal work for every engine, as
-    # CTranslate2 takes one length per batch); False: each sentence to its own, as eos would end it.
-    shared_lengths: bool = True
-    # Ours only: the int8 matmul kernels (handlers.model.quantization.int8_kernels).
-    int8_kernels: Int8Kernels = "fbgemm"
-
-
-LADDER = (
-    Rung(1, "fp32, padded to 128", "fp32", "fixed128"),
-    Rung(2, "fp32, dynamic", "fp32", "dynamic"),
-    Rung(3, "int8, dynamic", "int8", "dynamic"),
-    Rung(4, f"int8, dynamic, batches of {BATCH}", "int8", "batch"),
-)
-OWN_LENGTHS_RUNG = Rung(
-    10, f"int8, dynamic, batches of {BATCH}, own lengths", "int8", "batch", shared_lengths=False
-)
-GENERATE_RUNGS = (
-    Rung(8, "int8, dynamic, generate()", "int8", "dynamic", decoder="generate"),
-    Rung(9, f"int8, dynamic, batches of {BATCH}, generate()", "int8", "batch", decoder="generate"),
-)
-HTTP_RUNG = Rung(5, "int8, dynamic, through TorchServe", "int8", "http")
-PEER_RUNGS = (
-    Rung(6, "CTranslate2 int8, one sentence (peer)", "int8", "dynamic", "ctranslate2"),
-    Rung(7, f"CTranslate2 int8, batches of {BATCH} (peer)", "int8", "batch", "ctranslate2"),
-)
-MAPPED_PEER_RUNGS = (
-    Rung(11, "CTranslate2 int8 + map, one sentence (peer)", "int8", "dynamic", "ctranslate2", vmap=True),
-    Rung(12, f"CTranslate2 int8 + map, batches of {BATCH} (peer)", "int8", "batch", "ctranslate2", vmap=True),
-)
-# The opt-in oneDNN kernels (AMX int8 where the CPU has it), beside rungs 3 and 4.
-ONEDNN_RUNGS = (
-    Rung(13, "int8, dynamic, oneDNN kernels", "int8", "dynamic", int8_kernels="onednn"),
-    Rung(14, f"int8, dynamic, batches of {BATCH}, oneDNN kernels", "int8", "batch", int8_kernels="onednn"),
-)
 
 NOTES = (
     "RSS: after load + gc (before warm-up); run RSS: after the timed run; peak: the process's max RSS.",
@@ -128,139 +88,13 @@ PEER_NOTE = (
 )
 
 
-def pad_to_fixed(ids: Sequence[Sequence[int]], length: int, pad_id: int) -> tuple[Any, Any]:
-    """The naive baseline: every row padded to `length`, whatever its own length."""
-    import torch
-
-    input_ids = torch.full((len(ids), length), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(ids), length), dtype=torch.long)
-    for row, tokens in enumerate(ids):
-        if len(tokens) > length:
-            raise ValueError(f"input of {len(tokens)} tokens does not fit the fixed {length}")
-        input_ids[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
-        attention_mask[row, : len(tokens)] = 1
-    return input_ids, attention_mask
-
-
-def options_for(sentences: Sequence[Sentence], beams: int, standin: bool, shared: bool = False) -> list[Any]:
-    """Per-sentence options; a stand-in is forced to reference lengths (`shared`: all to the longest)."""
-    from handlers.model.options import GenerationOptions
-
-    if not standin:
-        return [GenerationOptions(num_beams=beams) for _ in sentences]
-    lengths = [s.reference_tokens for s in sentences]
-    if shared:
-        lengths = [max(lengths)] * len(lengths)
-    return [GenerationOptions(beams, n, n) for n in lengths]
-
-
-def groups_of(rung: Rung, sentences: list[Sentence]) -> list[list[Sentence]]:
-    if rung.shape == "batch":
-        return [sentences[i : i + BATCH] for i in range(0, len(sentences), BATCH)]
-    return [[sentence] for sentence in sentences]
-
-
-def measure_in_process(
-    rung: Rung, model_dir: Path, sentences: list[Sentence], beams: int, converted: Path | None = None
-) -> dict[str, Any]:
-    """Runs in a fresh process: load, gc, memory, warm up, time every sentence (or batch), memory again.
-
-    `converted`: the CTranslate2 model directory, for the peer rungs (bench.ctranslate2_peer.convert).
-    """
-    standin = is_standin(model_dir)
-    harness = memory_mb()["rss_mb"]  # Python, torch and transformers, before the engine loads
-    run_group, engine = _load_engine(rung, model_dir, beams, standin, converted)
-    gc.collect()
-    loaded = memory_mb()
-    groups = groups_of(rung, sentences)
-    for group in groups[:WARMUP]:
-        run_group(group)
-    seconds = []
-    started = time.perf_counter()
-    for group in groups:
-        began = time.perf_counter()
-        run_group(group)
-        seconds.append(time.perf_counter() - began)
-    total = time.perf_counter() - started
-    return {
-        **engine,
-        **percentiles(seconds),
-        "sentences_per_s": round(len(sentences) / total, 2),
-        **loaded,
-        "harness_rss_mb": harness,
-        **{f"run_{key}": value for key, value in memory_mb().items()},
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-    }
-
-
-def _load_engine(
-    rung: Rung, model_dir: Path, beams: int, standin: bool, converted: Path | None
-) -> tuple[Callable[[list[Sentence]], None], dict[str, str]]:
-    """The rung's engine, loaded: a function that translates one group, and what the row says about it."""
-    if rung.engine == "ctranslate2":
-        from bench import ctranslate2_peer
-
-        if converted is None:
-            raise ValueError(f"rung {rung.number} needs the model converted by ctranslate2_peer.convert")
-        peer = ctranslate2_peer.PeerTranslator(model_dir, converted, use_vmap=rung.vmap)
-        label = {"engine": f"CTranslate2 {ctranslate2_peer.version()}", "note": ctranslate2_peer.NOTICE}
-        if rung.vmap:
-            label["vocabulary_map"] = "target side (every target.spm piece)"
-        return (lambda group: _run_peer_group(peer, group, beams, standin)), label
-    from handlers.model.translator import Translator
-
-    config = HandlerConfig(
-        variant=rung.variant, threads=1, warmup=False, decoder=rung.decoder, int8_kernels=rung.int8_kernels
-    )
-    translator = Translator.load(model_dir, config.model)
-    label = {"engine": "torch", "decoder": rung.decoder}
-    if rung.decoder == "fast":
-        label["target_vocabulary"] = str(translator.decoder.output.size)  # type: ignore[attr-defined]
-    return (lambda group: _run_group(translator, rung, group, beams, standin)), label
-
-
-def _run_group(translator: Any, rung: Rung, group: list[Sentence], beams: int, standin: bool) -> None:
-    from handlers.scheduling.run import translate_ids  # the served loop, run to its end here
-
-    options = options_for(group, beams, standin, shared=rung.shape == "batch" and rung.shared_lengths)
-    ids = translator.encode([s.source for s in group])
-    if rung.shape == "fixed128":
-        _generate_fixed(translator, ids, options[0])
-    else:
-        translate_ids(translator, ids, options)
-
-
-def _run_peer_group(peer: Any, group: list[Sentence], beams: int, standin: bool) -> None:
-    """One CTranslate2 call for the group, forced like ours: a batch to its longest reference."""
-    from bench.ctranslate2_peer import decoding_lengths
-
-    lengths = decoding_lengths([s.reference_tokens for s in group], standin)
-    peer.translate([s.source for s in group], beams, lengths)
-
-
-def _generate_fixed(translator: Any, ids: list[list[int]], option: Any) -> None:
-    """Rung 1: one sentence padded to 128, with the same generate() arguments as Translator.generate."""
-    import torch
-
-    input_ids, attention_mask = pad_to_fixed(ids, FIXED_LENGTH, translator.tokenizer.pad_token_id)
-    policy = DecodePolicy.of(HandlerConfig(), translator)  # the shipped rules, as the ladder's config
-    kwargs = {"max_new_tokens": policy.new_token_cap(option, len(ids[0]))}
-    if (num_beams := policy.beams_for(option)) is not None:
-        kwargs["num_beams"] = num_beams
-    if option.min_new_tokens is not None:
-        kwargs["min_new_tokens"] = option.min_new_tokens
-    with torch.inference_mode():
-        output = translator.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
-    translator.tokenizer.batch_decode(output, skip_special_tokens=True)
-
-
 def rung_processes(quick: bool) -> BaseContext:
     """How each in-process rung gets its process: spawned (its memory its own), or under --quick forked
     from one server that imported the bench once (a spawned rung spends about 7 s importing it)."""
     if not quick:
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["bench.latency"])
+    context.set_forkserver_preload(["bench.ladder_rungs"])
     return context
 
 

@@ -15,7 +15,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from bench.cli import BenchCli
 from bench.common import is_standin, now, sample_sentences, writable
-from bench.latency import options_for
+from bench.ladder_rungs import options_for
 from handlers.handler_config import DECODER_NAMES, DecoderName, HandlerConfig, Variant
 from handlers.model.translator import Translator
 from handlers.scheduling.run import translate_ids

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bench import ctranslate2_peer, latency
+from bench import ctranslate2_peer, ladder_rungs, latency
 from bench.common import Sentence
 
 SENTENCES = [Sentence("汤姆不会同意的", "r", 5), Sentence("我们走吧。", "r", 9), Sentence("是那家。", "r", 3)]
@@ -27,7 +27,8 @@ def test_a_standin_is_forced_to_the_reference_length_and_a_batch_to_its_longest(
 def test_the_peer_gets_the_same_bounds_as_our_rungs() -> None:
     """CTranslate2's min/max decoding lengths count like min/max_new_tokens (eos in max, not in min)."""
     for group, shared in (([SENTENCES[1]], False), (SENTENCES, True)):
-        ours = {(o.min_new_tokens, o.max_new_tokens) for o in latency.options_for(group, 4, True, shared)}
+        options = ladder_rungs.options_for(group, 4, True, shared)
+        ours = {(o.min_new_tokens, o.max_new_tokens) for o in options}
         peer = ctranslate2_peer.decoding_lengths([s.reference_tokens for s in group], standin=True)
         assert ours == {(peer["min_decoding_length"], peer["max_decoding_length"])}
 
@@ -40,12 +41,12 @@ def test_peer_rungs_translate_the_same_groups_as_ours_with_the_same_lengths() ->
             calls.append((texts, beams, lengths))
             return ["x"] * len(texts)
 
-    ours, peer = latency.LADDER[3], latency.PEER_RUNGS[1]
+    ours, peer = ladder_rungs.LADDER[3], ladder_rungs.PEER_RUNGS[1]
     sentences = SENTENCES * 7  # 21: a full batch and a partial one
-    assert latency.groups_of(peer, sentences) == latency.groups_of(ours, sentences)
-    assert [len(group) for group in latency.groups_of(peer, sentences)] == [latency.BATCH, 5]
-    for group in latency.groups_of(peer, sentences):
-        latency._run_peer_group(FakePeer(), group, 4, standin=True)
+    assert ladder_rungs.groups_of(peer, sentences) == ladder_rungs.groups_of(ours, sentences)
+    assert [len(group) for group in ladder_rungs.groups_of(peer, sentences)] == [ladder_rungs.BATCH, 5]
+    for group in ladder_rungs.groups_of(peer, sentences):
+        ladder_rungs.run_peer_group(FakePeer(), group, 4, standin=True)
     assert [(len(texts), beams, lengths["max_decoding_length"]) for texts, beams, lengths in calls] == [
         (16, 4, 9),
         (5, 4, 9),

@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from bench import ctranslate2_peer, ladder_targets, latency
+from bench import ctranslate2_peer, ladder_rungs, ladder_targets, latency
 from bench.common import Sentence
 from handlers.handler_config import HandlerConfig
 from handlers.model.batching import pad_batch
@@ -50,7 +50,7 @@ class FakeTranslator:
 
 def test_fixed_padding_pads_every_row_to_128_and_dynamic_pads_one_sentence_to_its_multiple_of_8() -> None:
     ids = [[5, 6, 7], [8]]
-    fixed, mask = latency.pad_to_fixed(ids, 128, pad_id=0)
+    fixed, mask = ladder_rungs.pad_to_fixed(ids, 128, pad_id=0)
     assert fixed.shape == (2, 128) and mask.sum().item() == 4
     assert fixed[1, 1:].eq(0).all()
     single, single_mask = pad_batch([[5, 6, 7]], pad_id=0)
@@ -62,18 +62,18 @@ def test_rungs_send_fixed_128_or_unpadded_single_sentences(monkeypatch: pytest.M
     fake = FakeTranslator()
     monkeypatch.setattr(run, "translate_ids", fake.record)
     for sentence in sentences:
-        latency._run_group(fake, latency.LADDER[0], [sentence], beams=1, standin=True)
-        latency._run_group(fake, latency.LADDER[1], [sentence], beams=1, standin=True)
+        ladder_rungs.run_group(fake, ladder_rungs.LADDER[0], [sentence], beams=1, standin=True)
+        ladder_rungs.run_group(fake, ladder_rungs.LADDER[1], [sentence], beams=1, standin=True)
     assert [tuple(t.shape) for t in fake.model_inputs] == [(1, 128), (1, 128)]
     assert fake.generate_ids == [[[5] * 3], [[5] * 7]]  # each sentence alone, its own length
 
 
 def test_standin_batches_are_forced_to_their_longest_reference() -> None:
     sentences = [Sentence("a", "r", 4), Sentence("b", "r", 9)]
-    assert [o.max_new_tokens for o in latency.options_for(sentences, 1, True)] == [4, 9]
-    shared = latency.options_for(sentences, 4, True, shared=True)
+    assert [o.max_new_tokens for o in ladder_rungs.options_for(sentences, 1, True)] == [4, 9]
+    shared = ladder_rungs.options_for(sentences, 4, True, shared=True)
     assert {(o.num_beams, o.min_new_tokens, o.max_new_tokens) for o in shared} == {(4, 9, 9)}
-    assert [o.max_new_tokens for o in latency.options_for(sentences, 1, False)] == [None, None]
+    assert [o.max_new_tokens for o in ladder_rungs.options_for(sentences, 1, False)] == [None, None]
 
 
 def assert_quick_ladder(results_dir: Path, model_dir: Path) -> None:
@@ -84,7 +84,7 @@ def assert_quick_ladder(results_dir: Path, model_dir: Path) -> None:
     result = json.loads((results_dir / "latency.json").read_text())
     ladder = result["ladders"]["1"]
     rungs = ladder["rungs"]
-    assert result["n"] == latency.QUICK_SENTENCES == latency.BATCH == 16  # one full batch
+    assert result["n"] == latency.QUICK_SENTENCES == ladder_rungs.BATCH == 16  # one full batch
     assert [row["rung"] for row in rungs] == [1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14]
     assert all(row["p50_ms"] > 0 and row["sentences_per_s"] > 0 and row["rss_mb"] > 0 for row in rungs)
     assert all(row["peak_rss_mb"] >= row["rss_mb"] >= row["harness_rss_mb"] > 0 for row in rungs)
