@@ -26,7 +26,8 @@ from serving.ports import free_port
 from serving.processes import process_alive
 from serving.replica_set import Fleet
 from serving.torchserve import REPO_ROOT
-from tests.soak.chaos import EVENTS, KINDS, Client, kill_nginx_workers, run_chaos, table
+from tests.soak.chaos import EVENTS, KINDS, kill_nginx_workers, run_chaos, table
+from tests.soak.chaos_client import Client
 from tests.soak.faults import kill_worker_under_load
 from tests.soak.fleet_faults import load_key, under_load
 
