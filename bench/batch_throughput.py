@@ -38,6 +38,7 @@ from batch.shards import Shard, ShardBudget, cut_shards
 from batch.units import JobOptions, Unit
 from bench.cli import BenchCli
 from bench.common import archive_with, is_standin, sample_sentences, unique_sentences
+from bench.report import batch_runs_table
 
 DEFAULT_SENTENCES = 20_000
 OVERHEAD_SENTENCES = 2_000
@@ -223,21 +224,12 @@ def run(model_dir: Path, count: int, overhead_count: int, say: Any, beams: int =
 
 
 def markdown(result: dict[str, Any]) -> str:
-    rows = [
-        f"| {name} | {figures['sentences']} | {figures['seconds']} | {figures['sentences_per_s']} "
-        f"| {figures['sentences_per_s_after_load'] or '-'} "
-        f"| {figures.get('sentences_per_s_after_start_up') or '-'} |"
-        for name, figures in result["runs"].items()
-    ]
     ratios = ", ".join(f"{name} {value}" for name, value in result["ratios"].items())
     return "\n".join(
         [
             f"Batch throughput, {result['n']} sentences, output lengths: {result['output_lengths']}",
             "",
-            "| run | sentences | seconds | sentences/s, whole run | after one model load "
-            "| after the engine's start-up |",
-            "|---|---:|---:|---:|---:|---:|",
-            *rows,
+            *batch_runs_table(result["runs"]),
             "",
             f"ratios: {ratios}; one model load {result['model_load_seconds']} s (in the runs); "
             f"Ray started in {result['ray_start_seconds']} s (not in the runs)",

@@ -169,23 +169,16 @@ def batch_section(batch: dict[str, Any], loads: list[dict[str, Any]]) -> list[st
         "",
         f"{batch['n']} Tatoeba sentences, {decode_name(beams)}, output lengths: {batch['output_lengths']}; "
         "a whole run includes loading the model (every worker's), Ray's own start is apart "
-        f"({batch['ray_start_seconds']} s); the fourth column takes one model load "
-        f"({batch.get('model_load_seconds', '-')} s, timed apart) off the run; the fifth takes the "
+        f"({batch['ray_start_seconds']} s); the fifth column takes one model load "
+        f"({batch.get('model_load_seconds', '-')} s, timed apart) off the run; the sixth takes the "
         "engine's whole start-up off (one sentence through a fresh engine: its process, imports and load).",
         "",
-        "| run | sentences | sentences/s, whole run | after one model load | after the engine's start-up |",
-        "|---|---:|---:|---:|---:|",
-        *(
-            f"| {name.replace('_', ' ')} | {figures['sentences']} | {figures['sentences_per_s']} "
-            f"| {figures.get('sentences_per_s_after_load') or '-'} "
-            f"| {figures.get('sentences_per_s_after_start_up') or '-'} |"
-            for name, figures in runs.items()
-        ),
+        *batch_runs_table(runs),
     ]
     for load in before:
-        lines.append(f"| the server, 100 Locust users ({load['label']}, same run) | | {load['rps']} | | |")
+        lines.append(f"| the server, 100 Locust users ({load['label']}, same run) | | | {load['rps']} | | |")
     for load in after:
-        lines.append(f"| the server again, once the job had run ({load['label']}) | | {load['rps']} | | |")
+        lines.append(f"| the server again, once the job had run ({load['label']}) | | | {load['rps']} | | |")
     bracket = [load["rps"] for load in before + after if load["rps"]]
     if bracket:
         per_core = ("local_per_core", "ray_per_core")
@@ -206,6 +199,21 @@ def batch_section(batch: dict[str, Any], loads: list[dict[str, Any]]) -> list[st
         line += f"; each engine's start-up taken off: **{steady:.2f}x**"
     lines.append(line)
     return lines
+
+
+def batch_runs_table(runs: dict[str, Any]) -> list[str]:
+    """The batch job's runs, a row each (bench.batch_throughput prints it too)."""
+    return [
+        "| run | sentences | seconds | sentences/s, whole run | after one model load "
+        "| after the engine's start-up |",
+        "|---|---:|---:|---:|---:|---:|",
+        *(
+            f"| {name.replace('_', ' ')} | {figures['sentences']} | {figures['seconds']} "
+            f"| {figures['sentences_per_s']} | {figures.get('sentences_per_s_after_load') or '-'} "
+            f"| {figures.get('sentences_per_s_after_start_up') or '-'} |"
+            for name, figures in runs.items()
+        ),
+    ]
 
 
 def cpu_per_sentence(job: dict[str, Any] | None, served: list[dict[str, Any]]) -> list[str]:

@@ -184,7 +184,7 @@ def test_reports_read_the_signature_and_refuse_a_result_without_one() -> None:
 
 def test_the_batch_job_is_set_beside_the_server_runs_before_and_after_it() -> None:
     signed = {"signature": {"command": "python -m bench.batch_throughput", "machine": {}}}
-    run = {"sentences": 100, "sentences_per_s": 90.0}
+    run = {"sentences": 100, "seconds": 1.11, "sentences_per_s": 90.0}
     batch = {
         **signed,
         "date": "today",
@@ -197,7 +197,7 @@ def test_the_batch_job_is_set_beside_the_server_runs_before_and_after_it() -> No
     before = {**signed, **served, "label": "load-int8-beam4-u100", "rps": 60.0}
     after = {**signed, **served, "label": f"load-int8-beam4-u100{report.AFTER_BATCH}", "rps": 75.0}
     text = "\n".join(report.batch_section(batch, [before, after]))
-    assert "| the server again, once the job had run (load-int8-beam4-u100-after-batch) | | 75.0 |" in text
+    assert "| the server again, once the job had run (load-int8-beam4-u100-after-batch) | | | 75.0 |" in text
     # 90 against the mean of 60 and 75, then against each.
     assert "server: **1.33x** against the mean of the server's runs before and after the job" in text
     assert "(1.50x and 1.20x against each)" in text
